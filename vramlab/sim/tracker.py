@@ -1,0 +1,151 @@
+"""Count device memory the way the CUDA caching allocator does, by watching tensor storages.
+
+Every aten op passes through `StorageTracker.__torch_dispatch__`. Each storage an op creates is
+charged once (views and in-place results share it), rounded up like the allocator rounds, and
+released when the storage itself dies (a weakref callback on the storage object). That is the
+number `torch.cuda.memory_allocated()` reports on a GPU: live storages, not tensors.
+
+Each storage is remembered as a `Record` with the op and module that created it and the phase
+it was born in (forward, backward, optimizer step). Records are re-labelled as parameters,
+gradients or optimizer state when that becomes known, so the breakdown at the peak is read
+from the records alive at the peak with their final labels.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ..units import round_block
+from .allocator import CachingAllocatorModel, SegmentOverflow
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries",
+              "cuda_overhead", "other")
+_PHASE_CATEGORY = {"forward": "activations", "backward": "temporaries", "optimizer": "temporaries",
+                   "idle": "other"}
+
+
+class Record:
+    __slots__ = ("nbytes", "charged", "op", "where", "phase", "label", "block", "ref", "__weakref__")
+
+    def __init__(self, nbytes, charged, op, where, phase, block):
+        self.nbytes, self.charged, self.op, self.where, self.phase = nbytes, charged, op, where, phase
+        self.block, self.label, self.ref = block, None, None
+
+    @property
+    def category(self) -> str:
+        return self.label or _PHASE_CATEGORY[self.phase]
+
+
+class StorageTracker(TorchDispatchMode):
+    """The dispatch-level half of the simulated device (see vramlab.sim.device.SimDevice)."""
+
+    def __init__(self, owner, allocator: CachingAllocatorModel | None, capacity: int | None,
+                 keep_timeline: bool = True):
+        super().__init__()
+        self.owner = owner                      # SimDevice: supplies phase/module context and OOM text
+        self.allocator = allocator
+        self.capacity = capacity
+        self.live: dict[int, Record] = {}
+        self.allocated = 0
+        self.peak = 0
+        self.peak_records: list[Record] = []
+        self.peak_where = ""
+        self.keep_timeline = keep_timeline
+        self.timeline: list[tuple[int, int, str]] = []   # (allocated, reserved, label)
+        self.peak_reserved = 0
+        self.paused = 0
+        self.host = 0                           # >0: allocations are host memory, not counted
+
+    # -- dispatch ------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not (self.paused or self.host):
+            self.owner.before_op(func)
+        if func is torch.ops.aten._local_scalar_dense.default and self.owner.fake:
+            # Under FakeTensorMode values are unknown; `.item()` reads 1 (False for bools) so code
+            # that needs a scalar (Adam's step count, Adafactor's norms) keeps going.
+            dtype = args[0].dtype
+            return False if dtype == torch.bool else (1.0 if dtype.is_floating_point else 1)
+        out = func(*args, **(kwargs or {}))
+        if self.paused or self.host:
+            return out
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.track(t, func)
+        return out
+
+    # -- accounting ----------------------------------------------------------------------------
+    def reserved(self) -> int:
+        return self.allocator.reserved if self.allocator else self.allocated
+
+    def track(self, t: torch.Tensor, func=None, label: str | None = None):
+        st = t.untyped_storage()
+        key = st._cdata
+        nbytes = st.nbytes()
+        rec = self.live.get(key)
+        if rec is not None:
+            if nbytes != rec.nbytes:            # resize_ / set_ grew or shrank the storage
+                self._release(key)
+            else:
+                if label and not rec.label:
+                    rec.label = label
+                return rec
+        if nbytes == 0:
+            return None
+        op = getattr(func, "__name__", str(func)) if func is not None else "register"
+        where = self.owner.current_location()
+        block = None
+        if self.allocator is not None:
+            try:
+                block = self.allocator.malloc(nbytes)
+            except SegmentOverflow as e:
+                raise self.owner.out_of_memory(e.request)
+            charged = block.size
+        else:
+            charged = round_block(nbytes)
+            if self.capacity is not None and self.allocated + charged > self.capacity:
+                raise self.owner.out_of_memory(charged)
+        rec = Record(nbytes, charged, op, where, self.owner.phase(), block)
+        rec.label = label
+        rec.ref = weakref.ref(st, lambda _r, key=key: self._release(key))
+        self.live[key] = rec
+        self.allocated += charged
+        if self.allocator is not None and self.allocator.reserved > self.peak_reserved:
+            self.peak_reserved = self.allocator.reserved
+        if self.keep_timeline:
+            self.timeline.append((self.allocated, self.reserved(), f"{op} @ {where}"))
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+            self.peak_records = list(self.live.values())
+            self.peak_where = f"{op} @ {where}"
+        return rec
+
+    def _release(self, key: int):
+        rec = self.live.pop(key, None)
+        if rec is None:
+            return
+        self.allocated -= rec.charged
+        if rec.block is not None:
+            self.allocator.free(rec.block)
+        if self.keep_timeline:
+            self.timeline.append((self.allocated, self.reserved(), f"free {rec.op}"))
+
+    def label_tensor(self, t, label: str):
+        if isinstance(t, torch.Tensor):
+            rec = self.live.get(t.untyped_storage()._cdata)
+            if rec is not None:
+                rec.label = label
+
+    def reset_peak(self):
+        self.peak = self.allocated
+        self.peak_reserved = self.reserved()
+        self.peak_records = list(self.live.values())
+        self.peak_where = "reset"
+
+    def breakdown(self, records) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORIES, 0)
+        for rec in records:
+            out[rec.category] += rec.charged
+        return out

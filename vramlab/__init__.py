@@ -1,0 +1,28 @@
+"""vramlab — 显存优化实战 (measure, simulate and grade GPU memory).
+
+    import vramlab
+    with vramlab.SimDevice() as dev:         # or vramlab.open_device("auto")
+        ...                                   # build the model and train inside
+    print(dev.max_allocated())
+
+    m = vramlab.measure(step_fn, backend="sim")  # peak of a callable on a fresh device
+    with vramlab.device_budget("2 GiB"): ...     # a virtual card that raises OutOfMemoryError
+    vramlab.estimate(vramlab.Workload(model="gpt2-small"))  # analytic estimate with a breakdown
+"""
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "SimDevice": "vramlab.sim.device", "CudaDevice": "vramlab.cuda",
+    "measure": "vramlab.meter", "measure_steps": "vramlab.meter", "open_device": "vramlab.meter",
+    "Measurement": "vramlab.meter", "device_budget": "vramlab.budget",
+    "estimate": "vramlab.estimate", "Workload": "vramlab.workload", "build_model": "vramlab.models",
+    "measure_workload": "vramlab.runner", "build_training": "vramlab.runner",
+}
+
+
+def __getattr__(name):          # import torch only when something needs it
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vramlab' has no attribute {name!r}")

@@ -28,12 +28,12 @@ class CliError(Exception):
 
 class ChineseArgumentParser(argparse.ArgumentParser):
     _PATTERNS = [
+        (r"argument command: invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "未知子命令 {0!r}，可选：{1}"),
         (r"argument (\S+): invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "参数 {0} 的取值 {1!r} 无效，可选：{2}"),
         (r"argument (\S+): invalid (int|float) value: '(.*)'", "参数 {0} 需要{1}，收到 {2!r}"),
         (r"argument (\S+): expected one argument", "参数 {0} 后面需要一个值"),
         (r"unrecognized arguments: (.*)", "无法识别的参数：{0}"),
         (r"the following arguments are required: (.*)", "缺少必需参数：{0}"),
-        (r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "未知子命令 {0!r}，可选：{1}"),
     ]
 
     def error(self, message):

@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from .measure import Measurement, measure_steps, open_device
+from .meter import Measurement, measure_steps, open_device
 from .models import build_model, get_preset
 from .workload import Workload, WorkloadError
 

@@ -17,6 +17,9 @@ import re
 log = logging.getLogger("mkdocs.hooks.offline_assets")
 
 _MATHJAX_CONFIG = re.compile(r'<script type="text/x-mathjax-config">.*?</script>', re.S)
+# with custom_mathjax_url unset, nbconvert writes an empty <script src=""> plus comments
+_EMPTY_SCRIPT = re.compile(r'<script src="\s*">\s*</script>')
+_MATHJAX_COMMENTS = re.compile(r'<!--\s*(?:Load mathjax|MathJax configuration|End of mathjax configuration)\s*-->', re.I)
 _MODULE_WITH_CDN = re.compile(r'<script type="module">(?:(?!</script>).)*?https?://(?:(?!</script>).)*?</script>', re.S)
 _EXTERNAL_SCRIPT = re.compile(r'<script\b[^>]*\bsrc="(https?://[^"]*)"[^>]*>\s*</script>', re.S)
 _KNOWN_CDN = ("cdnjs.cloudflare.com/ajax/libs/mathjax/", "cdnjs.cloudflare.com/ajax/libs/require.js/")
@@ -27,6 +30,8 @@ def on_post_page(output: str, page, config) -> str:
         return output
     output = _MATHJAX_CONFIG.sub("", output)
     output = _MODULE_WITH_CDN.sub("", output)
+    output = _EMPTY_SCRIPT.sub("", output)
+    output = _MATHJAX_COMMENTS.sub("", output)
 
     def drop(match: re.Match) -> str:
         url = match.group(1)

@@ -71,9 +71,18 @@ class StorageTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self.paused or self.host:
             return out
+        inputs = None
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
-                self.track(t, func)
+                key = t.untyped_storage()._cdata
+                if key in self.live:
+                    self.track(t, func)           # known storage (maybe resized)
+                    continue
+                if inputs is None:                # a view or in-place result of an untracked
+                    inputs = {a.untyped_storage()._cdata for a in tree_leaves((args, kwargs))
+                              if isinstance(a, torch.Tensor)}
+                if key not in inputs:             # tensor (host memory) stays untracked
+                    self.track(t, func)
         return out
 
     # -- accounting ----------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+# Two commands do all set-up on a fresh machine (see README):
+#   make serve   install what is needed and serve the course at http://127.0.0.1:8000
+#   make test    install what is needed and run the whole test suite
+# torch is pinned: on a CPU-only machine pip takes a local/CPU wheel where one is provided,
+# on a Linux machine with an NVIDIA GPU PyPI's default wheel is the CUDA build.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.vramlab-installed
+
+.PHONY: install serve site chromium test lab bench calibrate clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+site: $(STAMP)
+	bash scripts/build_site.sh
+
+# Browser tests need Debian's Chromium; install it when we may (root + apt), else they say why they skip.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "chromium 未安装：浏览器测试将跳过（CI 中会失败）"; }
+
+test: $(STAMP) chromium
+	$(BIN)/python -m pytest -q
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab exercises/
+
+bench: $(STAMP)
+	$(BIN)/vramlab bench
+
+calibrate: $(STAMP)
+	$(BIN)/vramlab calibrate
+
+clean:
+	rm -rf site site-offline .pytest_cache

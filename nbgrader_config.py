@@ -1,0 +1,87 @@
+"""nbgrader configuration of the vramlab course (nbgrader 0.9).
+
+Layout (directory_structure = "{nbgrader_step}/{student_id}/{assignment_id}"; one assignment = one
+exercise id, one notebook per assignment, named after the id):
+
+    solutions/<id>/<id>.ipynb             source notebooks, generated from the specs (committed)
+    exercises/<id>/<id>.ipynb             release = learner notebooks (`nbgrader generate_assignment`, committed)
+    nbgrader/submitted/<student>/<id>/    collected submissions            } gitignored
+    nbgrader/autograded/<student>/<id>/   executed + graded copies         }
+    nbgrader/feedback/<student>/<id>/     HTML feedback                    }
+    nbgrader/gradebook.db                 the gradebook (SQLite)           }
+
+Every path is relative to the folder holding this file, so a copy of the course (a temp dir, a
+grading node) is self-contained: run nbgrader from that folder.
+"""
+import os
+
+from vramlab.notebooks import StderrToStdout  # noqa: E402  (needs the venv where vramlab is installed)
+
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this file)
+
+# --- course and directories ------------------------------------------------------------------------
+c.CourseDirectory.course_id = "vramlab"
+c.CourseDirectory.root = _ROOT
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+c.CourseDirectory.submitted_directory = os.path.join("nbgrader", "submitted")
+c.CourseDirectory.autograded_directory = os.path.join("nbgrader", "autograded")
+c.CourseDirectory.feedback_directory = os.path.join("nbgrader", "feedback")
+c.CourseDirectory.solution_directory = os.path.join("nbgrader", "solution")
+c.CourseDirectory.source_with_tests_directory = os.path.join("nbgrader", "source_with_tests")
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_ROOT, "nbgrader", "gradebook.db")
+os.makedirs(os.path.join(_ROOT, "nbgrader"), exist_ok=True)   # SQLite creates the file, not the folder
+# nbgrader's default ignore list also skips "feedback"; keep it and add our own clutter.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".vramlab"]
+
+# --- the learner keeps a runnable starter ------------------------------------------------------------
+# The answer cell of a source notebook holds the spec's STARTER outside the solution markers and the
+# reference SOLUTION inside them (it redefines the same function). generate_assignment removes the
+# marked region and puts this stub in its place, so the learner notebook runs as-is: correct, but
+# over the memory target. No `raise NotImplementedError()`.
+c.ClearSolutions.code_stub = {
+    "python": "# ↑ 直接修改上面的函数：结果保持不变，把峰值显存降到目标以下。\n"
+              "#   评分时取本单元格运行后同名函数的最终定义。",
+}
+c.ClearSolutions.text_stub = "在这里写你的回答。"
+
+# --- execution: per-cell timeout ---------------------------------------------------------------------
+# The graded cell runs `vramlab.check(...)`, which measures the starter and the learner's function in
+# an isolated subprocess: on the ci scale (simulated device) that takes <= ~40 s per exercise on 2 CPU
+# cores; on a GPU the gpu scale takes about as long. The hidden tests grade once more in a fresh
+# process. 300 s per cell leaves > 3x head-room for a loaded grading machine; a submission that loops
+# forever costs at most 300 s per cell and is then recorded as a CellTimeoutError (0 points for that
+# cell) while the batch goes on.
+c.Execute.timeout = 300
+c.ExecutePreprocessor.timeout = 300
+c.Execute.startup_timeout = 120          # first `import torch` on a cold node
+c.Execute.interrupt_on_timeout = True
+c.Execute.execute_retries = 0
+
+# --- stderr must not turn a correct answer into 0 points ----------------------------------------------
+# nbgrader 0.9 `utils.determine_grade` gives 0 to a graded cell that has ANY stream output named
+# "stderr" (PyTorch / transformers warnings qualify). Two layers:
+#   1. the graded cell itself runs check() under `vramlab.notebooks.stderr_to_stdout()` (Python-level
+#      and fd-level stderr -> stdout), so `nbgrader validate` and the learner see no red box;
+#   2. autograde: StderrToStdout, placed right after Execute, relabels any stderr stream left in a
+#      graded cell as stdout (text kept, prefixed "[stderr]"), so only a real exception (an "error"
+#      output: failed assertion, timeout, crash) costs points. Like nbgrader's own IgnorePattern
+#      (jupyter/nbgrader#1904), but without throwing the text away.
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    StderrToStdout,
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.LimitOutput.max_lines = 400
+
+# --- feedback ------------------------------------------------------------------------------------------
+# generate_feedback renders the autograded notebook to HTML: the Chinese messages that check() prints
+# (ratio, peak, hints) appear under the graded cell. Note: nbgrader 0.9 shows the graded cell as it
+# was executed, hidden tests included, in the feedback (after the deadline that is fine).

@@ -1,0 +1,45 @@
+"""The course's graded exercises: one `ExerciseSpec` per exercise.
+
+    from vramlab.exercises import EXERCISES, get_exercise, list_exercises
+
+The learner notebook lives at `exercises/<id>/<id>.ipynb`, the reference solution at
+`solutions/<id>/<id>.ipynb` (both relative to the course root). The grader never imports this
+package inside the learner's process: the trusted parent reads the spec and hands the child only
+the starter source and the workload sizes.
+"""
+from __future__ import annotations
+
+from .spec import ExerciseSpec, Scale
+from . import ch05_accumulation, ch06_mixed_precision, ch07_checkpoint
+
+EXERCISES: dict[str, ExerciseSpec] = {
+    m.SPEC.id: m.SPEC for m in (ch05_accumulation, ch06_mixed_precision, ch07_checkpoint)
+}
+
+
+def get_exercise(exercise_id: str) -> ExerciseSpec:
+    try:
+        return EXERCISES[exercise_id]
+    except KeyError:
+        raise KeyError(f"未知练习 {exercise_id!r}；可选：{'、'.join(EXERCISES)}") from None
+
+
+def notebook_path(exercise_id: str) -> str:
+    return f"exercises/{exercise_id}/{exercise_id}.ipynb"
+
+
+def solution_path(exercise_id: str) -> str:
+    return f"solutions/{exercise_id}/{exercise_id}.ipynb"
+
+
+def list_exercises() -> list[dict]:
+    return [
+        {"id": s.id, "chapter": s.chapter, "title": s.title, "function": s.function,
+         "signature": s.signature, "target_ratio": s.target_ratio, "points": s.points,
+         "notebook": notebook_path(s.id), "solution": solution_path(s.id)}
+        for s in EXERCISES.values()
+    ]
+
+
+__all__ = ["EXERCISES", "ExerciseSpec", "Scale", "get_exercise", "list_exercises", "notebook_path",
+           "solution_path"]

@@ -1,0 +1,69 @@
+"""第 6 章 混合精度（ch06-mixed-precision)."""
+from .spec import ExerciseSpec, Scale
+
+STARTER = '''\
+import torch
+
+
+def train_step(model, optimizer, batch, device):
+    """全 fp32 训练一步：正确，但每个矩阵乘法的输出（激活值）都是 4 字节一个数。"""
+    loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+'''
+
+SOLUTION = '''\
+import torch
+
+
+def train_step(model, optimizer, batch, device):
+    """bf16 自动混合精度：前向放进 torch.autocast，矩阵乘法用 bf16 计算并保存 bf16 激活值；
+    参数、梯度和优化器状态仍是 fp32。bf16 的指数范围与 fp32 相同，不需要 GradScaler。"""
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+'''
+
+TARGET_NOTE = "filled in after measurement"
+
+SPEC = ExerciseSpec(
+    id="ch06-mixed-precision",
+    chapter=6,
+    title="混合精度：用 bf16 autocast 减少激活值显存",
+    task=(
+        "`train_step(model, optimizer, batch, device)` 做一次参数更新并返回损失（Python `float`）。\n\n"
+        "起始代码全程 fp32：前向中每个矩阵乘法的输出都按 4 字节保存，留给反向使用。\n"
+        "请用**自动混合精度**：把前向（计算损失的那一行）放进 "
+        "`torch.autocast(device.type, dtype=torch.bfloat16)`。矩阵乘法会以 bf16 计算，"
+        "保存给反向的激活值只占一半；layer norm、softmax、损失等对范围敏感的运算 autocast 会自动留在 fp32。\n\n"
+        "注意 `device.type`：在模拟设备上它是 `\"cpu\"`，在真 GPU 上是 `\"cuda\"`，"
+        "同一份代码两边都能跑。\n\n"
+        "要求：损失与 fp32 起始代码的差别在 bf16 的精度范围内（评分容差见下），"
+        "参数更新方向一致，稳态峰值显存不超过目标比例。\n\n"
+        "延伸：fp16 的指数范围小，梯度容易下溢，需要 `torch.amp.GradScaler`："
+        "`scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()`。"
+        "本题用 bf16，不需要它。"
+    ),
+    function="train_step",
+    signature="def train_step(model, optimizer, batch, device):",
+    starter=STARTER,
+    solution=SOLUTION,
+    ci=Scale(model="tiny", batch=8, seq=256, steps=3, warmup=1),
+    gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1),
+    target_ratio=0.8,
+    rtol=3e-2,
+    atol=1e-3,
+    points=10,
+    hints=(
+        "只把前向和损失放进 `with torch.autocast(device.type, dtype=torch.bfloat16):`，"
+        "`loss.backward()` 和 `optimizer.step()` 放在 with 块外面。",
+        "不要用 `model.to(torch.bfloat16)` 把参数整体转成 bf16：那是纯 bf16 训练，"
+        "优化器更新会丢精度，损失也会偏离评分容差。",
+        "如果改用 fp16，需要 `torch.amp.GradScaler(device.type)` 缩放损失，否则小梯度会下溢成 0。",
+    ),
+)

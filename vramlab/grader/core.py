@@ -1,0 +1,465 @@
+"""The trusted parent side of the grader.
+
+`grade_source(exercise_id, source)` runs the exercise's starter (trusted) and the learner's code,
+each in its own `python -I` subprocess (vramlab.grader.harness) with resource limits, a fresh
+temporary working directory and a scrubbed environment, then compares: peak ratio against the
+spec's target, losses and parameter updates against the starter's, a physical lower bound on the
+peak, and the guard violations the harness recorded. The result is one JSON-able dict.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import hmac
+import json
+import math
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..units import GiB, MiB, fmt_bytes
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent          # .../vramlab
+GRADER_DIR = PACKAGE_DIR / "grader"
+EXERCISES_DIR = PACKAGE_DIR / "exercises"
+
+DEFAULT_TIMEOUT = {"ci": 120, "gpu": 600}
+DEFAULT_MEMORY = {"ci": 8 * GiB, "gpu": 48 * GiB}
+OUTPUT_LIMIT = 64 * MiB
+FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader", "vramlab.check")
+LR = 1e-3
+
+# What the learner reads. `category` is a stable English key (tests, JSON); `reason` is Chinese.
+CATEGORY_ZH = {
+    "ok": "通过",
+    "too_much_memory": "峰值显存没有降到目标以下",
+    "incorrect": "结果与起始代码不一致",
+    "slow": "单步耗时超出允许范围",
+    "timeout": "运行超时",
+    "crashed": "进程异常退出",
+    "exit": "代码调用了退出",
+    "exception": "代码运行出错",
+    "oom": "内存/显存不足",
+    "tamper": "干扰了显存计量",
+    "forbidden": "执行了评分沙箱禁止的操作",
+    "invalid_submission": "提交的文件无法评分",
+}
+_VIOLATION_CATEGORY = {
+    "reset_peak": "tamper", "empty_cache": "tamper", "untracked": "tamper", "tracker_paused": "tamper",
+    "dispatch_escape": "tamper", "untracked_grad": "tamper", "tamper": "tamper",
+    "skipped_work": "incorrect",
+}
+
+
+class GraderError(RuntimeError):
+    """The grader itself could not run (not the learner's fault): the CLI exits non-zero."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading submissions
+# ---------------------------------------------------------------------------------------------------
+class SubmissionError(Exception):
+    def __init__(self, category: str, reason: str):
+        super().__init__(reason)
+        self.category, self.reason = category, reason
+
+
+def notebook_source(text: str, function: str) -> str:
+    """The code of a notebook that the grader runs: top-level imports, function and class
+    definitions and constant assignments of every code cell; calls (e.g. the `check()` test cell),
+    magics and shell lines are left out. Cells that do not parse are skipped, unless the graded
+    function is in one of them."""
+    try:
+        nb = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SubmissionError("invalid_submission", f"notebook 文件不是合法的 JSON，无法读取（{e.msg if hasattr(e, 'msg') else e}）："
+                              "请在 Jupyter 里重新保存，或从 exercises/ 重新复制一份") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise SubmissionError("invalid_submission", "notebook 文件缺少 cells 字段，不是 Jupyter notebook")
+    parts: list[str] = []
+    syntax_error = None
+    for cell in nb["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else str(src)
+        lines = [("# " + ln) if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()]
+        src = "\n".join(lines)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError as e:
+            if f"def {function}" in src:
+                syntax_error = e
+            continue
+        for node in tree.body:
+            keep = isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                keep = isinstance(getattr(node, "value", None), ast.Constant)
+            if keep:
+                parts.append(ast.get_source_segment(src, node) or "")
+    if syntax_error is not None and not any(p.startswith((f"def {function}", f"async def {function}")) for p in parts):
+        raise SubmissionError("invalid_submission", f"定义 {function} 的代码单元有语法错误：第 {syntax_error.lineno} 行 "
+                              f"{syntax_error.msg}")
+    return "\n\n".join(parts) + "\n"
+
+
+def check_source(source: str, function: str) -> None:
+    """Static checks before anything runs: parses, defines the function, imports nothing internal."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise SubmissionError("invalid_submission", f"代码有语法错误：第 {e.lineno} 行 {e.msg}") from None
+    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function for n in tree.body)
+    if not defined:
+        raise SubmissionError("invalid_submission", f"没有找到函数 `{function}`：请保留题目给出的函数名和参数")
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.startswith(FORBIDDEN_MODULES):
+                raise SubmissionError("forbidden", f"提交的代码导入了评分器内部模块 `{name}`：不允许读取参考答案或评分代码")
+
+
+def read_submission(path: str | os.PathLike, function: str) -> str:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise SubmissionError("invalid_submission", f"无法读取提交的文件 {p}：{e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SubmissionError("invalid_submission", "提交的文件不是 UTF-8 文本") from None
+    if p.suffix == ".ipynb":
+        return notebook_source(text, function)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running one harness child
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class ChildRun:
+    payload: dict | None
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stderr_tail: str
+    forged: bool = False
+
+
+def _course_roots() -> tuple[list[str], list[str], list[str]]:
+    """(forbidden, protected, allowed) read roots for the child."""
+    root = PACKAGE_DIR.parent
+    forbidden = [str(EXERCISES_DIR), str(GRADER_DIR), str(PACKAGE_DIR / "check.py")]
+    protected: list[str] = []
+    allowed = [str(PACKAGE_DIR), sys.prefix, sys.base_prefix]
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            allowed.append(path)
+    if (root / "pyproject.toml").exists() or (root / "solutions").exists():
+        protected.append(str(root))
+        forbidden += [str(root / "solutions"), str(root / "tests"), str(root / "source"),
+                      str(root / "release"), str(root / "autograded"), str(root / "submitted")]
+    extra = os.environ.get("VRAMLAB_PROTECTED_DIRS", "")
+    forbidden += [d for d in extra.split(os.pathsep) if d]
+    return forbidden, protected, allowed
+
+
+def _limits(memory: int, cpu_seconds: int):
+    def apply():
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        except (ValueError, OSError):
+            pass
+        try:  # threads count too: leave room for torch's pools (not enforced for root)
+            resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC, _NPROC))
+        except (ValueError, OSError):
+            pass
+    return apply
+
+
+def _count_tasks() -> int:
+    try:
+        uid = os.getuid()
+        n = 0
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    if os.stat(f"/proc/{pid}").st_uid == uid:
+                        n += len(os.listdir(f"/proc/{pid}/task"))
+                except OSError:
+                    pass
+        return n
+    except OSError:
+        return 256
+
+
+_NPROC = 0
+
+
+def run_child(job: dict, source: str, timeout_s: float, memory_limit: int, keep_dir: bool = False) -> ChildRun:
+    global _NPROC
+    _NPROC = _count_tasks() + 128
+    outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
+    workdir = outer / "work"
+    workdir.mkdir()
+    (workdir / "submission.py").write_text(source, encoding="utf-8")
+    forbidden, protected, allowed = _course_roots()
+    job = dict(job, source_file=str(workdir / "submission.py"), workdir=str(workdir),
+               result=str(outer / "result.json"), protected_read=protected, forbidden_read=forbidden,
+               allowed_read=allowed)
+    (outer / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    key = secrets.token_bytes(32)
+    r, w = os.pipe()
+    os.write(w, key)
+    os.close(w)
+    env = {
+        "PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+        "XDG_CACHE_HOME": str(workdir / ".cache"), "TORCHINDUCTOR_CACHE_DIR": str(workdir / ".inductor"),
+        "PYTHONIOENCODING": "utf-8", "TOKENIZERS_PARALLELISM": "false",
+    }
+    for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    cmd = [sys.executable, "-I", "-X", "utf8", "-m", "vramlab.grader.harness", str(outer / "job.json"), str(r)]
+    stdout = open(outer / "stdout.txt", "wb")
+    stderr = open(outer / "stderr.txt", "wb")
+    t0 = time.perf_counter()
+    timed_out = False
+    try:
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                pass_fds=(r,), preexec_fn=_limits(memory_limit, int(timeout_s) + 10),
+                                close_fds=True)
+    finally:
+        os.close(r)
+        stdout.close()
+        stderr.close()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)       # the whole group: children it may have made
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    seconds = time.perf_counter() - t0
+    payload, forged = None, False
+    try:
+        doc = json.loads((outer / "result.json").read_text(encoding="utf-8"))
+        body, mac = doc["payload"], doc["mac"]
+        good = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if hmac.compare_digest(good, mac):
+            payload = json.loads(body)
+        else:
+            forged = True
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        forged = True
+    try:
+        with open(outer / "stderr.txt", "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 4000))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        tail = ""
+    if not keep_dir:
+        shutil.rmtree(outer, ignore_errors=True)
+    return ChildRun(payload, proc.returncode, timed_out, seconds, tail, forged)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Grading
+# ---------------------------------------------------------------------------------------------------
+def _job(spec, scale_name: str, backend: str) -> dict:
+    scale = getattr(spec, scale_name)
+    return {
+        "function": spec.function, "model": scale.model, "config": dict(scale.extra.get("config", {})),
+        "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": 0,
+        "lr": scale.extra.get("lr", LR), "backend": backend, "threads": 1, "features_k": 2,
+    }
+
+
+def _rel(a: list[float], b: list[float]) -> float:
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    den = math.sqrt(sum(y * y for y in b))
+    return num / den if den else (0.0 if num == 0 else math.inf)
+
+
+def update_tolerance(spec) -> float:
+    """Relative error allowed between the parameter update of the submission and the starter's."""
+    return float(getattr(spec, "update_rtol", None) or (spec.rtol * 100 if spec.rtol >= 1e-3 else 1e-2))
+
+
+def _base_result(spec, backend: str, scale: str) -> dict:
+    return {
+        "exercise": spec.id, "passed": False, "score": 0, "max_score": spec.points, "category": None,
+        "reason": "", "peak_bytes": None, "baseline_peak_bytes": None, "ratio": None,
+        "target_ratio": spec.target_ratio, "correct": None, "backend": backend, "scale": scale,
+        "time_ratio": None, "step_seconds": None, "baseline_step_seconds": None, "max_time_ratio": spec.max_time_ratio,
+        "loss_max_rel_err": None, "update_rel_err": None, "violations": [], "hints": list(spec.hints),
+        "seconds": None,
+    }
+
+
+def _fail(result: dict, category: str, reason: str) -> dict:
+    result.update(passed=False, score=0, category=category,
+                  reason=f"{CATEGORY_ZH.get(category, category)}：{reason}" if reason else CATEGORY_ZH[category])
+    return result
+
+
+def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str = "ci",
+                 timeout_s: float | None = None, memory_limit_bytes: int | None = None,
+                 _spec=None) -> dict:
+    """Grade learner code (a Python module defining the exercise's function). Never raises for
+    anything the learner did; raises KeyError (unknown exercise) or GraderError (grader broken)."""
+    from ..exercises import get_exercise
+
+    spec = _spec or get_exercise(exercise_id)
+    if scale not in ("ci", "gpu"):
+        raise GraderError(f"未知规模 {scale!r}：可选 ci、gpu")
+    if backend not in ("sim", "cuda"):
+        raise GraderError(f"未知后端 {backend!r}：可选 sim、cuda")
+    t_start = time.perf_counter()
+    result = _base_result(spec, backend, scale)
+    try:
+        check_source(source, spec.function)
+    except SubmissionError as e:
+        result["seconds"] = round(time.perf_counter() - t_start, 2)
+        return _fail(result, e.category, e.reason)
+    timeout = float(timeout_s or DEFAULT_TIMEOUT[scale])
+    memory = int(memory_limit_bytes or DEFAULT_MEMORY[scale])
+    job = _job(spec, scale, backend)
+
+    runs: dict[str, ChildRun] = {}
+
+    def go(name, src, t):
+        runs[name] = run_child(job, src, t, memory)
+
+    base_timeout = max(timeout, DEFAULT_TIMEOUT[scale])
+    th = threading.Thread(target=go, args=("baseline", spec.starter, base_timeout))
+    th.start()
+    go("submission", source, timeout)
+    th.join()
+    base, sub = runs["baseline"], runs["submission"]
+    result["seconds"] = round(time.perf_counter() - t_start, 2)
+    bp = base.payload
+    if bp is None or not bp.get("ok"):
+        detail = (bp or {}).get("error") or base.stderr_tail[-800:]
+        raise GraderError(f"起始代码（可信基线）没能运行，评分器本身有问题：{detail}")
+    result["baseline_peak_bytes"] = bp["peak_bytes"]
+    result["baseline_step_seconds"] = bp["step_seconds"]
+    return _judge(spec, result, bp, sub, timeout)
+
+
+def _judge(spec, result: dict, bp: dict, sub: ChildRun, timeout: float) -> dict:
+    if sub.timed_out:
+        return _fail(result, "timeout", f"超过 {timeout:.0f} 秒仍未结束（死循环？或者每一步太慢）。进程已被终止")
+    if sub.forged:
+        return _fail(result, "tamper", "评分结果文件的签名不对：结果被伪造或改写")
+    sp = sub.payload
+    if sp is None:
+        rc = sub.returncode
+        why = {-signal.SIGXCPU: "CPU 时间超限", -signal.SIGXFSZ: "输出或写入的文件过大",
+               -signal.SIGKILL: "被强制终止（可能内存不足）", -signal.SIGSEGV: "段错误"}.get(rc, f"退出码 {rc}")
+        tail = sub.stderr_tail.strip().splitlines()[-3:]
+        if "MemoryError" in sub.stderr_tail or "std::bad_alloc" in sub.stderr_tail:
+            return _fail(result, "oom", "进程内存不足被终止")
+        return _fail(result, "crashed", f"评分进程在给出结果之前就结束了（{why}）。是不是调用了 os._exit() "
+                                        f"或 os.abort()？" + (f" 最后的输出：{' | '.join(tail)}" if tail else ""))
+    violations = sp.get("violations") or []
+    result["violations"] = [{"category": c, "detail": d} for c, d in violations]
+    err = sp.get("error")
+    if violations:
+        cats = [_VIOLATION_CATEGORY.get(c, "forbidden") for c, _ in violations]
+        cat = "tamper" if "tamper" in cats else ("forbidden" if "forbidden" in cats else cats[0])
+        details = "；".join(dict.fromkeys(d for _, d in violations))
+        return _fail(result, cat, details)
+    if err:
+        kind = err.get("kind")
+        cat = {"exit": "exit", "oom": "oom", "missing_function": "invalid_submission"}.get(kind, "exception")
+        return _fail(result, cat, err.get("message", ""))
+    peak, base_peak = int(sp["peak_bytes"]), int(bp["peak_bytes"])
+    result["peak_bytes"] = peak
+    result["ratio"] = round(peak / base_peak, 4) if base_peak else None
+    result["step_seconds"] = sp.get("step_seconds")
+    if bp.get("step_seconds"):
+        result["time_ratio"] = round(sp["step_seconds"] / bp["step_seconds"], 3)
+    # correctness: per-step losses and the parameter update, against the trusted starter
+    bl, sl = bp["losses"], sp["losses"]
+    loss_err = 0.0
+    ok_losses = len(bl) == len(sl) and all(math.isfinite(s) for s in sl)
+    if ok_losses:
+        for b, s in zip(bl, sl):
+            loss_err = max(loss_err, abs(s - b) / max(abs(b), 1e-12))
+            if abs(s - b) > spec.atol + spec.rtol * abs(b):
+                ok_losses = False
+    result["loss_max_rel_err"] = loss_err if ok_losses or len(bl) == len(sl) else None
+    upd_err = _rel(sp.get("update") or [], bp.get("update") or [])
+    result["update_rel_err"] = upd_err
+    ok_update = math.isfinite(upd_err) and upd_err <= update_tolerance(spec) and sp.get("param_count") == bp.get("param_count")
+    result["correct"] = bool(ok_losses and ok_update)
+    if sp.get("param_count") != bp.get("param_count"):
+        return _fail(result, "incorrect", "模型的参数个数变了：不要替换或删减模型")
+    if not ok_losses:
+        return _fail(result, "incorrect",
+                     f"返回的损失与起始代码不同（起始代码 {['%.5f' % x for x in bl]}，你的 {['%.5f' % x for x in sl]}，"
+                     f"允许误差 rtol={spec.rtol:g}）。是不是损失没有按 micro-batch 缩放、返回了旧的/缓存的值，"
+                     f"或者跳过了某些计算？")
+    if not ok_update:
+        return _fail(result, "incorrect",
+                     f"参数更新与起始代码不同（相对误差 {upd_err:.3g}，允许 {update_tolerance(spec):.3g}）："
+                     "梯度要与整个 batch 一起算的相同，每一步要调用一次 optimizer.step()")
+    if peak < int(bp.get("static_bytes", 0)):
+        return _fail(result, "tamper", f"测得的峰值 {fmt_bytes(peak)} 低于参数+梯度+优化器状态的物理下限 "
+                                       f"{fmt_bytes(bp['static_bytes'])}：显存计量被绕过了")
+    if base_peak and peak > spec.target_ratio * base_peak:
+        return _fail(result, "too_much_memory",
+                     f"峰值 {fmt_bytes(peak)} 是起始代码（{fmt_bytes(base_peak)}）的 {peak / base_peak:.2f} 倍，"
+                     f"目标是不超过 {spec.target_ratio:.2f} 倍")
+    if spec.max_time_ratio and result["time_ratio"] and result["time_ratio"] > spec.max_time_ratio:
+        return _fail(result, "slow", f"单步耗时是起始代码的 {result['time_ratio']:.2f} 倍，允许 {spec.max_time_ratio:.2f} 倍")
+    result.update(passed=True, score=spec.points, category="ok",
+                  reason=f"通过：峰值是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），结果与起始代码一致")
+    return result
+
+
+def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,
+               memory_limit_bytes: int | None = None) -> dict:
+    """Grade a learner's `.ipynb` (the named function and the imports/definitions it needs are
+    taken from its code cells) or `.py` file."""
+    from ..exercises import get_exercise
+
+    spec = get_exercise(exercise_id)
+    try:
+        source = read_submission(path, spec.function)
+    except SubmissionError as e:
+        result = _base_result(spec, backend, scale)
+        result["seconds"] = 0.0
+        return _fail(result, e.category, e.reason)
+    return grade_source(exercise_id, source, backend=backend, scale=scale, timeout_s=timeout_s,
+                        memory_limit_bytes=memory_limit_bytes, _spec=spec)

@@ -1,0 +1,408 @@
+"""nbgrader notebooks generated from the exercise specs (one exercise = one spec = one assignment).
+
+    python -m vramlab.notebooks                 # write solutions/<id>/<id>.ipynb for every spec
+    python -m vramlab.notebooks --release       # ... then `nbgrader generate_assignment` -> exercises/
+    python -m vramlab.notebooks --check         # regenerate both into a temp copy, diff against the repo
+
+The SOURCE notebook (`solutions/<id>/<id>.ipynb`, nbgrader's source_directory) has:
+
+1. a locked Chinese markdown intro: title, task, target, how grading works, hints;
+2. a locked setup cell (imports only; nothing heavy is built in the learner's kernel);
+3. the answer cell (`solution: true`): the spec's STARTER, then the spec's SOLUTION inside
+   `### BEGIN SOLUTION` / `### END SOLUTION`. `nbgrader generate_assignment` replaces the marked region
+   with `ClearSolutions.code_stub` (a one-line comment, see nbgrader_config.py), so the learner
+   notebook keeps the runnable starter: correct, but over the memory target;
+4. a locked, graded cell (`grade: true, locked: true, points`) that calls `vramlab.check("<id>")`
+   under `stderr_to_stdout()`, followed by `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS`:
+   the interface is unchanged, and the notebook FILE is graded once more by `vramlab grade --json`
+   in a fresh Python process, which nothing done inside the learner's kernel can influence.
+
+Generation is deterministic (fixed cell ids, sorted JSON, no timestamps), so CI regenerates and diffs.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+NBFORMAT_MINOR = 5
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {"name": "python"}
+
+
+# --------------------------------------------------------------------------------------------------
+# In the learner's kernel
+# --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def stderr_to_stdout():
+    """Send everything written to stderr (Python `sys.stderr` and file descriptor 2, which is where
+    PyTorch's C++ warnings and child processes write) to stdout for the duration of the block.
+
+    nbgrader 0.9 gives a graded cell 0 points when it has any stderr output, even a harmless warning;
+    an exception raised inside the block still shows as an error (and still costs the points)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fd = None
+    try:
+        saved_fd = os.dup(2)
+        os.dup2(1, 2)
+    except OSError:            # no real descriptors (an unusual embedding): Python level only
+        saved_fd = None
+    try:
+        with contextlib.redirect_stderr(sys.stdout):
+            yield
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            if saved_fd is not None:
+                os.dup2(saved_fd, 2)
+                os.close(saved_fd)
+
+
+def _make_stderr_preprocessor():
+    from nbgrader import utils
+    from nbgrader.preprocessors import NbGraderPreprocessor
+
+    class StderrToStdout(NbGraderPreprocessor):
+        """Autograde step (after Execute): in graded cells, relabel stderr streams as stdout, keeping
+        the text with a "[stderr] " prefix, so that only an exception ("error" output) costs points."""
+
+        def preprocess_cell(self, cell, resources, cell_index):
+            if cell.cell_type == "code" and utils.is_grade(cell):
+                for output in cell.get("outputs", []):
+                    if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                        output["name"] = "stdout"
+                        text = output.get("text", "")
+                        output["text"] = "".join("[stderr] " + line for line in text.splitlines(True))
+            return cell, resources
+
+    return StderrToStdout
+
+
+def __getattr__(name):         # nbgrader is imported only by the nbgrader process, never by the kernel
+    if name == "StderrToStdout":
+        cls = _make_stderr_preprocessor()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Building the source notebook from a spec
+# --------------------------------------------------------------------------------------------------
+def _percent(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def _scale_zh(scale) -> str:
+    text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
+    if scale.extra:
+        text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(scale.extra.items()))
+    return text
+
+
+def _params(signature: str) -> list[str]:
+    src = signature.strip()
+    if not src.endswith(":"):
+        src += ":"
+    fn = ast.parse(src + "\n    pass\n").body[0]
+    return [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+
+
+def intro_markdown(spec) -> str:
+    lines = [
+        f"# 第 {spec.chapter} 章练习：{spec.title}",
+        "",
+        f"练习编号 `{spec.id}` · 满分 {spec.points} 分 · 要写的函数：`{spec.signature.rstrip(':')}`",
+        "",
+        "## 任务",
+        "",
+        spec.task.strip(),
+        "",
+        "## 目标",
+        "",
+        f"- **正确**：损失与更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；",
+        f"- **省显存**：稳态峰值显存 ≤ 起始代码峰值的 **{_percent(spec.target_ratio)}**"
+        f"（比例 ≤ {spec.target_ratio:g}）。",
+    ]
+    if spec.max_time_ratio is not None:
+        lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
+    if spec.absolute_budget:
+        lines.append(f"- **装得下**：在 {spec.absolute_budget} 的虚拟显卡上不 OOM。")
+    lines += [
+        "",
+        "## 怎么评分",
+        "",
+        "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
+        f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里，用同样的模型、"
+        "同样的数据，先跑起始代码、再跑你的函数，测两者的稳态峰值显存并比较结果。",
+        "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
+        "在没有 GPU 时使用的模拟设备上都成立。",
+        f"   - 没有 GPU（模拟设备）：{_scale_zh(spec.ci)}；",
+        f"   - 有 GPU：{_scale_zh(spec.gpu)}。",
+        "4. 也可以在终端里评分：`vramlab grade " + spec.id + f" exercises/{spec.id}/{spec.id}.ipynb`。",
+        "5. 提交后，教师用 nbgrader 自动评分：除了你看到的检查，还有隐藏测试"
+        "（接口不变；在全新的进程里从你提交的 notebook 文件重新评一次）。",
+    ]
+    if spec.hints:
+        lines += ["", "<details><summary>提示（先自己试试）</summary>", ""]
+        lines += [f"{i}. {h}" for i, h in enumerate(spec.hints, 1)]
+        lines += ["", "</details>"]
+    return "\n".join(lines)
+
+
+def setup_source(spec) -> str:
+    return "\n".join([
+        "# 准备：只做导入。模型和数据由评分器在独立子进程里构建，这里不占内存。",
+        "import torch",
+        "",
+        "import vramlab",
+        "from vramlab.notebooks import stderr_to_stdout",
+        "",
+        f"print(\"PyTorch\", torch.__version__, \"| CUDA 可用：\", torch.cuda.is_available())",
+    ])
+
+
+def answer_source(spec) -> str:
+    return "\n".join([
+        f"# 起始代码：结果正确，但峰值显存超过目标。修改 `{spec.function}`，保持函数名和参数不变。",
+        spec.starter.strip(),
+        "",
+        "### BEGIN SOLUTION",
+        "# ---- 参考答案（生成学员版时，nbgrader 会删除从 BEGIN 到 END 的这一段）----",
+        spec.solution.strip(),
+        "### END SOLUTION",
+    ])
+
+
+def check_source(spec) -> str:
+    params = _params(spec.signature)
+    visible = [
+        "# 评分单元格（只读）：先运行上面所有单元格。",
+        "# PyTorch 的警告会写到 stderr，而 nbgrader 把 stderr 当成失败；stderr_to_stdout() 把它们改写到 stdout。",
+        "with stderr_to_stdout():",
+        f"    result = vramlab.check({spec.id!r})",
+    ]
+    hidden = [
+        "### BEGIN HIDDEN TESTS",
+        "# 隐藏测试 1：接口不变。",
+        "import inspect",
+        f"assert list(inspect.signature({spec.function}).parameters) == {params!r}, \\",
+        f"    \"{spec.function} 的参数必须是 {', '.join(params)}\"",
+        "# 隐藏测试 2：check() 的结果自洽。",
+        f"assert result[\"passed\"] and result[\"correct\"] and result[\"ratio\"] <= {spec.target_ratio!r}, result",
+        "# 隐藏测试 3：在全新的 Python 进程里，从提交的 notebook 文件重新评一次；",
+        "# 学员 kernel 里的任何改动（例如替换 vramlab.check）都影响不到它。",
+        "import json as _json, os as _os, subprocess as _sp, sys as _sys",
+        f"_nb = {spec.id + '.ipynb'!r}",
+        "assert _os.path.exists(_nb), \"找不到 notebook 文件 \" + _nb",
+        "_proc = _sp.run([_sys.executable, \"-c\", \"import sys; from vramlab.cli import main; sys.exit(main())\",",
+        f"                \"grade\", {spec.id!r}, _nb, \"--json\"], capture_output=True, text=True, timeout=600)",
+        "_again = _json.loads(_proc.stdout.strip().splitlines()[-1]) if _proc.stdout.strip() else {}",
+        "print(\"独立复评：\", {k: _again.get(k) for k in (\"passed\", \"score\", \"ratio\", \"correct\", \"backend\")})",
+        "assert _again.get(\"passed\") is True, (\"独立复评未通过：\" + str(_again.get(\"reason\")) + \"\\n\" + _proc.stderr[-2000:])",
+        "### END HIDDEN TESTS",
+    ]
+    return "\n".join(visible + hidden)
+
+
+def _cell(kind: str, cell_id: str, source: str, nbgrader: dict | None = None, **meta):
+    import nbformat
+
+    make = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+    cell = make(source=source)
+    cell["id"] = cell_id
+    metadata = dict(meta)
+    if nbgrader is not None:
+        metadata["nbgrader"] = {"grade": False, "locked": False, "schema_version": 3, "solution": False,
+                                "task": False, **nbgrader}
+    cell["metadata"] = metadata
+    return cell
+
+
+def build_source_notebook(spec):
+    """The nbgrader source notebook of one exercise (an `nbformat.NotebookNode`)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb["nbformat_minor"] = NBFORMAT_MINOR
+    sid = spec.id
+    nb["cells"] = [
+        _cell("markdown", f"{sid}-intro", intro_markdown(spec),
+              {"grade_id": f"{sid}-intro", "locked": True}, deletable=False, editable=False),
+        _cell("code", f"{sid}-setup", setup_source(spec),
+              {"grade_id": f"{sid}-setup", "locked": True}, deletable=False, editable=False),
+        _cell("markdown", f"{sid}-answer-title",
+              f"## 你的代码\n\n修改下面的 `{spec.function}`。可以增删辅助函数，但函数名和参数要保持不变；"
+              "评分器只取这个函数（以及它用到的导入和辅助函数），在独立进程里调用它。"),
+        _cell("code", f"{sid}-answer", answer_source(spec),
+              {"grade_id": f"{sid}-answer", "solution": True}),
+        _cell("markdown", f"{sid}-check-title",
+              "## 检查\n\n运行下面的单元格：它打印峰值显存、与起始代码的比例和是否通过；"
+              "没通过时会抛出 `AssertionError` 并给出提示。"),
+        _cell("code", f"{sid}-check", check_source(spec),
+              {"grade_id": f"{sid}-check", "grade": True, "locked": True, "points": spec.points},
+              deletable=False, editable=False),
+    ]
+    nb["metadata"] = {"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)}
+    return nb
+
+
+def dumps(nb) -> str:
+    import nbformat
+
+    nbformat.validate(nb)
+    return nbformat.writes(nb) + ("" if nbformat.writes(nb).endswith("\n") else "\n")
+
+
+def normalize_notebook_text(text: str) -> str:
+    """The JSON of a notebook with volatile metadata removed (outputs, execution counts, the
+    notebook-level language_info that a kernel run fills in), sorted and indented."""
+    nb = json.loads(text)
+    nb.get("metadata", {}).pop("language_info", None)
+    nb.get("metadata", {}).pop("widgets", None)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        cell.get("metadata", {}).pop("execution", None)
+        cell.get("metadata", {}).pop("collapsed", None)
+        cell.get("metadata", {}).pop("scrolled", None)
+    return json.dumps(nb, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing the course tree
+# --------------------------------------------------------------------------------------------------
+def course_root() -> Path:
+    """The repository root (the folder with nbgrader_config.py), from this file's location."""
+    return Path(__file__).resolve().parent.parent
+
+
+def exercise_ids(ids=None) -> list[str]:
+    from .exercises import EXERCISES
+
+    ids = list(ids) if ids else list(EXERCISES)
+    for i in ids:
+        if i not in EXERCISES:
+            raise SystemExit(f"未知练习 {i!r}；可选：{'、'.join(EXERCISES)}")
+    return ids
+
+
+def write_sources(root: Path, ids=None) -> list[Path]:
+    """Write solutions/<id>/<id>.ipynb; returns the paths whose content changed."""
+    from .exercises import get_exercise
+
+    changed = []
+    for i in exercise_ids(ids):
+        path = Path(root) / "solutions" / i / f"{i}.ipynb"
+        text = dumps(build_source_notebook(get_exercise(i)))
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def venv_env(extra: dict | None = None) -> dict:
+    """os.environ with this interpreter's bin/ first on PATH: nbgrader runs `alembic` (gradebook
+    migrations) and `jupyter` from PATH, so a venv that is not activated would not be found."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.update(extra or {})
+    return env
+
+
+def nbgrader_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("nbgrader")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "nbgrader"]
+
+
+def release(root: Path, ids=None, quiet: bool = True) -> None:
+    """`nbgrader generate_assignment <id> --force` for each id, run in `root`, then normalise the
+    released notebooks in place (the release of each id is exercises/<id>/<id>.ipynb)."""
+    root = Path(root)
+    for i in exercise_ids(ids):
+        cmd = nbgrader_cmd() + ["generate_assignment", i, "--force"]
+        if quiet:
+            cmd.append("--log-level=WARN")
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=venv_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment {i} 失败：\n{proc.stdout}\n{proc.stderr}")
+        out = root / "exercises" / i / f"{i}.ipynb"
+        out.write_text(normalize_notebook_text(out.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def copy_course(dest: Path) -> Path:
+    """Copy what nbgrader needs (config + solutions) into `dest`; returns `dest`."""
+    root = course_root()
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / "nbgrader_config.py", dest / "nbgrader_config.py")
+    if (root / "solutions").exists():
+        shutil.copytree(root / "solutions", dest / "solutions", dirs_exist_ok=True)
+    return dest
+
+
+def diff_trees(a: Path, b: Path) -> list[str]:
+    """Relative paths of *.ipynb that differ (or exist on one side only) between two trees."""
+    a, b = Path(a), Path(b)
+    names = {p.relative_to(a) for p in a.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts} | \
+            {p.relative_to(b) for p in b.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts}
+    bad = []
+    for n in sorted(names):
+        pa, pb = a / n, b / n
+        if not (pa.exists() and pb.exists()) or not filecmp.cmp(pa, pb, shallow=False):
+            bad.append(str(n))
+    return bad
+
+
+def check(ids=None) -> list[str]:
+    """Regenerate solutions/ and exercises/ in a temp copy of the course; list what differs from the repo."""
+    root = course_root()
+    with tempfile.TemporaryDirectory(prefix="vramlab-nb-") as tmp:
+        tmp = Path(tmp)
+        shutil.copy2(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+        write_sources(tmp, ids)
+        release(tmp, ids)
+        bad = [f"solutions/{p}" for p in diff_trees(tmp / "solutions", root / "solutions")]
+        bad += [f"exercises/{p}" for p in diff_trees(tmp / "exercises", root / "exercises")]
+    return bad
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vramlab.notebooks",
+                                     description="从练习规格生成 nbgrader 源 notebook（solutions/）和学员 notebook（exercises/）")
+    parser.add_argument("ids", nargs="*", help="练习编号（默认全部）")
+    parser.add_argument("--release", action="store_true", help="再运行 nbgrader generate_assignment，更新 exercises/")
+    parser.add_argument("--check", action="store_true", help="只检查：在临时目录重新生成并与仓库比较，有差异时退出码 1")
+    args = parser.parse_args(argv)
+    if args.check:
+        bad = check(args.ids)
+        if bad:
+            print("以下文件与规格生成的结果不一致（运行 scripts/generate_exercises.sh 重新生成）：")
+            for p in bad:
+                print("  " + p)
+            return 1
+        print("solutions/ 与 exercises/ 与规格一致。")
+        return 0
+    root = course_root()
+    for p in write_sources(root, args.ids):
+        print(f"已写入 {p.relative_to(root)}")
+    if args.release:
+        release(root, args.ids)
+        print("已更新 exercises/（nbgrader generate_assignment）")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

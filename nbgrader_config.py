@@ -42,8 +42,7 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 # marked region and puts this stub in its place, so the learner notebook runs as-is: correct, but
 # over the memory target. No `raise NotImplementedError()`.
 c.ClearSolutions.code_stub = {
-    "python": "# ↑ 直接修改上面的函数：结果保持不变，把峰值显存降到目标以下。\n"
-              "#   评分时取本单元格运行后同名函数的最终定义。",
+    "python": "# ↑ 直接修改上面的函数：结果保持不变，把峰值显存降到目标以下。",
 }
 c.ClearSolutions.text_stub = "在这里写你的回答。"
 
@@ -63,8 +62,9 @@ c.Execute.execute_retries = 0
 # --- stderr must not turn a correct answer into 0 points ----------------------------------------------
 # nbgrader 0.9 `utils.determine_grade` gives 0 to a graded cell that has ANY stream output named
 # "stderr" (PyTorch / transformers warnings qualify). Two layers:
-#   1. the graded cell itself runs check() under `vramlab.notebooks.stderr_to_stdout()` (Python-level
-#      and fd-level stderr -> stdout), so `nbgrader validate` and the learner see no red box;
+#   1. the graded cell itself runs check() under `contextlib.redirect_stderr(sys.stdout)`, so Python
+#      warnings raised while checking show as plain output (also under `nbgrader validate`, which
+#      has no configurable preprocessors);
 #   2. autograde: StderrToStdout, placed right after Execute, relabels any stderr stream left in a
 #      graded cell as stdout (text kept, prefixed "[stderr]"), so only a real exception (an "error"
 #      output: failed assertion, timeout, crash) costs points. Like nbgrader's own IgnorePattern

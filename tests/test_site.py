@@ -196,7 +196,7 @@ def test_home_page_links_every_chapter_and_stage(site):
 def test_navigation_tabs_and_resources(site):
     text = (site / "index.html").read_text(encoding="utf-8")
     tabs = re.findall(r'<a href="[^"]*" class="md-tabs__link">\s*([^<]+?)\s*</a>', text)
-    assert tabs == ["首页", "基础篇", "进阶篇", "高级篇", "实战篇", "资源"], tabs
+    assert tabs == ["首页", "基础篇", "进阶篇", "高级篇", "实战篇", "练习与评分", "资源"], tabs
     terms = (site / "terms" / "index.html").read_text(encoding="utf-8")
     assert terms.count("<tr>") - terms.count("<thead>") >= 40, "terms page should list at least 40 terms"
     for zh, en in [("显存", "VRAM"), ("激活值", "activations"), ("梯度检查点", "gradient checkpointing"),

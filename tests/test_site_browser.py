@@ -166,7 +166,7 @@ def test_home_page_loads_everything_locally(watch, site_url):
     page.goto(site_url, wait_until="networkidle")
     assert h1(page) == "显存优化实战"
     tabs = [t.strip() for t in page.locator(".md-tabs__link").all_inner_texts()]
-    assert tabs == ["首页", "基础篇", "进阶篇", "高级篇", "实战篇", "资源"], tabs
+    assert tabs == ["首页", "基础篇", "进阶篇", "高级篇", "实战篇", "练习与评分", "资源"], tabs
     # Formulas are rendered by the vendored KaTeX.
     page.wait_for_selector(".arithmatex .katex", timeout=10000)
     assert page.locator(".arithmatex .katex").count() >= 2

@@ -156,6 +156,12 @@ def cmd_bench(args):
     return 0
 
 
+def cmd_tutorials(args):
+    from .tutorials import main as tutorials_main
+
+    return tutorials_main([args.action] + (["--only", args.only] if args.only else []))
+
+
 def build_parser():
     p = ChineseArgumentParser(prog="vramlab", description="显存优化实战：估算、测量与校准峰值显存")
     sub = p.add_subparsers(dest="command", required=True, parser_class=ChineseArgumentParser)
@@ -176,6 +182,11 @@ def build_parser():
     b = sub.add_parser("bench", help="基准：跟踪开销、模拟设备与 H200 的比值、FakeTensorMode 耗时")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+    t = sub.add_parser("tutorials", help="执行全部教程（run）或检查网页上的输出是否过期（check）")
+    t.add_argument("action", choices=("run", "check", "list"))
+    t.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
+    t.set_defaults(func=cmd_tutorials)
+    from .grader.cli import add_commands; add_commands(sub)  # noqa: E702
     return p
 
 

@@ -719,32 +719,15 @@ def estimate_inference(model: str, batch: int, seq: int, dtype: str = "bf16", kv
 # Reference table (vramlab/data/h200_gpt2_peaks.md)
 # ---------------------------------------------------------------------------------------------
 
-def reference_rows(path=None) -> list[tuple[str, float]]:
-    """(configuration name, steady peak MiB) for every row of the H200 reference table."""
-    from pathlib import Path
-
-    path = Path(path) if path else Path(__file__).parent / "data" / "h200_gpt2_peaks.md"
-    rows, header = [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if not line.startswith("|") or set(cells[0]) <= {"-", ":"}:
-            continue
-        if header is None:
-            header = cells
-            continue
-        name = cells[0].split()[0]
-        rows.append((name, float(cells[header.index("steady peak MiB")].replace(",", ""))))
-    return rows
-
-
 def comparison_table() -> list[tuple[str, float, float, float]]:
     """(row, reference MiB, estimate MiB, estimate/reference) for the H200 reference table."""
+    from .reference import reference_rows
     from .workload import from_reference_name
 
     out = []
-    for name, ref in reference_rows():
-        est = estimate(from_reference_name(name)).total_bytes / MiB
-        out.append((name, ref, est, est / ref))
+    for row in reference_rows():
+        est = estimate(from_reference_name(row.name)).total_bytes / MiB
+        out.append((row.name, row.steady_mib, est, est / row.steady_mib))
     return out
 
 

@@ -13,7 +13,7 @@ The SOURCE notebook (`solutions/<id>/<id>.ipynb`, nbgrader's source_directory) h
    with `ClearSolutions.code_stub` (a one-line comment, see nbgrader_config.py), so the learner
    notebook keeps the runnable starter: correct, but over the memory target;
 4. a locked, graded cell (`grade: true, locked: true, points`) that calls `vramlab.check("<id>")`
-   under `stderr_to_stdout()`, followed by `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS`:
+   under `contextlib.redirect_stderr(sys.stdout)`, followed by `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS`:
    the interface is unchanged, and the notebook FILE is graded once more by `vramlab grade --json`
    in a fresh Python process, which nothing done inside the learner's kernel can influence.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import filecmp
 import json
 import os
@@ -41,33 +40,6 @@ LANGUAGE_INFO = {"name": "python"}
 # --------------------------------------------------------------------------------------------------
 # In the learner's kernel
 # --------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def stderr_to_stdout():
-    """Send everything written to stderr (Python `sys.stderr` and file descriptor 2, which is where
-    PyTorch's C++ warnings and child processes write) to stdout for the duration of the block.
-
-    nbgrader 0.9 gives a graded cell 0 points when it has any stderr output, even a harmless warning;
-    an exception raised inside the block still shows as an error (and still costs the points)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved_fd = None
-    try:
-        saved_fd = os.dup(2)
-        os.dup2(1, 2)
-    except OSError:            # no real descriptors (an unusual embedding): Python level only
-        saved_fd = None
-    try:
-        with contextlib.redirect_stderr(sys.stdout):
-            yield
-    finally:
-        try:
-            sys.stdout.flush()
-        finally:
-            if saved_fd is not None:
-                os.dup2(saved_fd, 2)
-                os.close(saved_fd)
-
-
 def _make_stderr_preprocessor():
     from nbgrader import utils
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -146,10 +118,11 @@ def intro_markdown(spec) -> str:
         f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里，用同样的模型、"
         "同样的数据，先跑起始代码、再跑你的函数，测两者的稳态峰值显存并比较结果。",
         "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
-        "在没有 GPU 时使用的模拟设备上都成立。",
-        f"   - 没有 GPU（模拟设备）：{_scale_zh(spec.ci)}；",
-        f"   - 有 GPU：{_scale_zh(spec.gpu)}。",
-        "4. 也可以在终端里评分：`vramlab grade " + spec.id + f" exercises/{spec.id}/{spec.id}.ipynb`。",
+        "在 CPU 上的模拟设备上都成立。",
+        f"   - 默认（模拟设备，CI 规模，没有 GPU 也能评）：{_scale_zh(spec.ci)}；",
+        f"   - 在真卡上（`--backend cuda --scale gpu`）：{_scale_zh(spec.gpu)}。",
+        "4. 也可以在终端里评分（先保存 notebook）：`vramlab grade " + spec.id
+        + f" exercises/{spec.id}/{spec.id}.ipynb`。",
         "5. 提交后，教师用 nbgrader 自动评分：除了你看到的检查，还有隐藏测试"
         "（接口不变；在全新的进程里从你提交的 notebook 文件重新评一次）。",
     ]
@@ -166,7 +139,6 @@ def setup_source(spec) -> str:
         "import torch",
         "",
         "import vramlab",
-        "from vramlab.notebooks import stderr_to_stdout",
         "",
         f"print(\"PyTorch\", torch.__version__, \"| CUDA 可用：\", torch.cuda.is_available())",
     ])
@@ -188,8 +160,9 @@ def check_source(spec) -> str:
     params = _params(spec.signature)
     visible = [
         "# 评分单元格（只读）：先运行上面所有单元格。",
-        "# PyTorch 的警告会写到 stderr，而 nbgrader 把 stderr 当成失败；stderr_to_stdout() 把它们改写到 stdout。",
-        "with stderr_to_stdout():",
+        "# PyTorch 的警告会写到 stderr，而 nbgrader 把评分单元格里的 stderr 当成失败：这里把它们改写到 stdout。",
+        "import contextlib, sys",
+        "with contextlib.redirect_stderr(sys.stdout):",
         f"    result = vramlab.check({spec.id!r})",
     ]
     hidden = [
@@ -205,8 +178,9 @@ def check_source(spec) -> str:
         "import json as _json, os as _os, subprocess as _sp, sys as _sys",
         f"_nb = {spec.id + '.ipynb'!r}",
         "assert _os.path.exists(_nb), \"找不到 notebook 文件 \" + _nb",
-        "_proc = _sp.run([_sys.executable, \"-c\", \"import sys; from vramlab.cli import main; sys.exit(main())\",",
-        f"                \"grade\", {spec.id!r}, _nb, \"--json\"], capture_output=True, text=True, timeout=600)",
+        f"_cmd = [_sys.executable, \"-m\", \"vramlab.cli\", \"grade\", {spec.id!r}, _nb, \"--json\",",
+        "        \"--backend\", str(result.get(\"backend\") or \"sim\"), \"--scale\", str(result.get(\"scale\") or \"ci\")]",
+        "_proc = _sp.run(_cmd, capture_output=True, text=True, timeout=900)",
         "_again = _json.loads(_proc.stdout.strip().splitlines()[-1]) if _proc.stdout.strip() else {}",
         "print(\"独立复评：\", {k: _again.get(k) for k in (\"passed\", \"score\", \"ratio\", \"correct\", \"backend\")})",
         "assert _again.get(\"passed\") is True, (\"独立复评未通过：\" + str(_again.get(\"reason\")) + \"\\n\" + _proc.stderr[-2000:])",

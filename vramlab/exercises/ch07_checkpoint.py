@@ -29,7 +29,7 @@ def train_step(model, optimizer, batch, device):
     return loss.item()
 '''
 
-TARGET_NOTE = "filled in after measurement"
+TARGET_NOTE = ("Measured on the sim at ci scale (tiny with 6 layers, batch 8, seq 256): starter 280.3 MiB, solution (gradient_checkpointing_enable, use_reentrant=False) 123.7 MiB = 0.44x, bit-identical losses and updates. Target 0.70x.")
 
 SPEC = ExerciseSpec(
     id="ch07-checkpoint",
@@ -53,6 +53,8 @@ SPEC = ExerciseSpec(
     target_ratio=0.7,
     rtol=1e-4,
     atol=1e-5,
+    update_rtol=1e-3,
+    technique="checkpoint",
     points=10,
     hints=(
         "Hugging Face 模型：`model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})`。",

@@ -32,6 +32,11 @@ class ExerciseSpec:
     target_ratio: float            # pass if peak <= target_ratio * starter peak (same run, same backend)
     rtol: float = 1e-4             # correctness: losses/parameters vs the starter's after the steps
     atol: float = 1e-5
+    update_rtol: float = 1e-3      # correctness: ||update - starter's update|| / ||starter's update||
+                                   # (updates compared through fixed random projections per tensor)
+    technique: str | None = None   # required technique, checked by counting calls in the harness:
+                                   # "accumulation" (>= 2 model forwards per step), "autocast"
+                                   # (forward under autocast), "checkpoint" (blocks recomputed)
     max_time_ratio: float | None = None   # optional: step time <= this x the starter's
     absolute_budget: str | None = None    # optional: e.g. "2 GiB" on a virtual card
     points: int = 10

@@ -38,12 +38,14 @@ DEFAULT_MEMORY = {"ci": 8 * GiB, "gpu": 48 * GiB}
 OUTPUT_LIMIT = 64 * MiB
 FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader", "vramlab.check")
 LR = 1e-3
+_BASELINE_CACHE: dict = {}
 
 # What the learner reads. `category` is a stable English key (tests, JSON); `reason` is Chinese.
 CATEGORY_ZH = {
     "ok": "通过",
     "too_much_memory": "峰值显存没有降到目标以下",
     "incorrect": "结果与起始代码不一致",
+    "technique": "没有使用本题要求的方法",
     "slow": "单步耗时超出允许范围",
     "timeout": "运行超时",
     "crashed": "进程异常退出",
@@ -242,7 +244,7 @@ def run_child(job: dict, source: str, timeout_s: float, memory_limit: int, keep_
     for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
         if k in os.environ:
             env[k] = os.environ[k]
-    cmd = [sys.executable, "-I", "-X", "utf8", "-m", "vramlab.grader.harness", str(outer / "job.json"), str(r)]
+    cmd = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.harness", str(outer / "job.json"), str(r)]
     stdout = open(outer / "stdout.txt", "wb")
     stderr = open(outer / "stderr.txt", "wb")
     t0 = time.perf_counter()
@@ -312,7 +314,7 @@ def _rel(a: list[float], b: list[float]) -> float:
 
 def update_tolerance(spec) -> float:
     """Relative error allowed between the parameter update of the submission and the starter's."""
-    return float(getattr(spec, "update_rtol", None) or (spec.rtol * 100 if spec.rtol >= 1e-3 else 1e-2))
+    return float(spec.update_rtol)
 
 
 def _base_result(spec, backend: str, scale: str) -> dict:
@@ -334,9 +336,13 @@ def _fail(result: dict, category: str, reason: str) -> dict:
 
 def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str = "ci",
                  timeout_s: float | None = None, memory_limit_bytes: int | None = None,
-                 _spec=None) -> dict:
+                 _spec=None, reuse_baseline: bool = False) -> dict:
     """Grade learner code (a Python module defining the exercise's function). Never raises for
-    anything the learner did; raises KeyError (unknown exercise) or GraderError (grader broken)."""
+    anything the learner did; raises KeyError (unknown exercise) or GraderError (grader broken).
+
+    The starter runs in its own trusted subprocess at the same time as the submission (one torch
+    thread each). `reuse_baseline=True` reuses a starter run from earlier in this process (tests,
+    batch grading); the default measures it afresh in every call."""
     from ..exercises import get_exercise
 
     spec = _spec or get_exercise(exercise_id)
@@ -361,16 +367,25 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         runs[name] = run_child(job, src, t, memory)
 
     base_timeout = max(timeout, DEFAULT_TIMEOUT[scale])
-    th = threading.Thread(target=go, args=("baseline", spec.starter, base_timeout))
-    th.start()
-    go("submission", source, timeout)
-    th.join()
+    cache_key = (spec.id, scale, backend, hashlib.sha256(spec.starter.encode()).hexdigest())
+    if reuse_baseline and cache_key in _BASELINE_CACHE:
+        runs["baseline"] = _BASELINE_CACHE[cache_key]
+        go("submission", source, timeout)
+    else:
+        th = threading.Thread(target=go, args=("baseline", spec.starter, base_timeout))
+        th.start()
+        go("submission", source, timeout)
+        th.join()
     base, sub = runs["baseline"], runs["submission"]
+    if reuse_baseline and base.payload and base.payload.get("ok"):
+        _BASELINE_CACHE[cache_key] = base
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     bp = base.payload
     if bp is None or not bp.get("ok"):
         detail = (bp or {}).get("error") or base.stderr_tail[-800:]
         raise GraderError(f"起始代码（可信基线）没能运行，评分器本身有问题：{detail}")
+    if bp.get("violations"):
+        raise GraderError(f"起始代码（可信基线）触发了评分器的防护，评分器本身有问题：{bp['violations'][:3]}")
     result["baseline_peak_bytes"] = bp["peak_bytes"]
     result["baseline_step_seconds"] = bp["step_seconds"]
     return _judge(spec, result, bp, sub, timeout)
@@ -434,6 +449,9 @@ def _judge(spec, result: dict, bp: dict, sub: ChildRun, timeout: float) -> dict:
         return _fail(result, "incorrect",
                      f"参数更新与起始代码不同（相对误差 {upd_err:.3g}，允许 {update_tolerance(spec):.3g}）："
                      "梯度要与整个 batch 一起算的相同，每一步要调用一次 optimizer.step()")
+    why_not = _technique_missing(spec, sp)
+    if why_not:
+        return _fail(result, "technique", why_not)
     if peak < int(bp.get("static_bytes", 0)):
         return _fail(result, "tamper", f"测得的峰值 {fmt_bytes(peak)} 低于参数+梯度+优化器状态的物理下限 "
                                        f"{fmt_bytes(bp['static_bytes'])}：显存计量被绕过了")
@@ -448,8 +466,25 @@ def _judge(spec, result: dict, bp: dict, sub: ChildRun, timeout: float) -> dict:
     return result
 
 
+def _technique_missing(spec, sp: dict) -> str | None:
+    """The exercise asks for one technique; the harness counted model and block forwards."""
+    calls = sp.get("calls") or []
+    if not spec.technique or not calls:
+        return None
+    if spec.technique == "accumulation" and any(c["model"] < 2 for c in calls):
+        return ("本题要求梯度累积：每次 train_step 里要把 batch 切成至少 2 个 micro-batch，分别调用模型前向"
+                f"（测到每步的前向次数 {[c['model'] for c in calls]}）")
+    if spec.technique == "autocast" and any(c["autocast"] < 1 for c in calls):
+        return "本题要求混合精度：模型前向要在 torch.autocast(device.type, dtype=torch.bfloat16) 里运行"
+    if spec.technique == "checkpoint":
+        n = sp.get("n_blocks") or 0
+        if any(c["blocks"] <= n * max(c["model"], 1) for c in calls):
+            return "本题要求激活检查点：反向时要重新计算 Transformer block 的前向（没有检测到重算）"
+    return None
+
+
 def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,
-               memory_limit_bytes: int | None = None) -> dict:
+               memory_limit_bytes: int | None = None, reuse_baseline: bool = False) -> dict:
     """Grade a learner's `.ipynb` (the named function and the imports/definitions it needs are
     taken from its code cells) or `.py` file."""
     from ..exercises import get_exercise
@@ -462,4 +497,4 @@ def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", 
         result["seconds"] = 0.0
         return _fail(result, e.category, e.reason)
     return grade_source(exercise_id, source, backend=backend, scale=scale, timeout_s=timeout_s,
-                        memory_limit_bytes=memory_limit_bytes, _spec=spec)
+                        memory_limit_bytes=memory_limit_bytes, _spec=spec, reuse_baseline=reuse_baseline)

@@ -1,0 +1,18 @@
+# expect: forbidden
+# fork many processes
+import torch
+import os
+
+def train_step(model, optimizer, batch, device):
+    for _ in range(1000):
+        if os.fork() == 0:
+            while True:
+                pass
+    total = 0.0
+    for chunk in batch.split(4):
+        loss = model(input_ids=chunk, labels=chunk).loss * (chunk.shape[0] / batch.shape[0])
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total

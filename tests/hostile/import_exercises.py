@@ -1,0 +1,15 @@
+# expect: forbidden
+# import the exercise specs to read the solution
+import torch
+from vramlab.exercises import get_exercise
+
+def train_step(model, optimizer, batch, device):
+
+    total = 0.0
+    for chunk in batch.split(4):
+        loss = model(input_ids=chunk, labels=chunk).loss * (chunk.shape[0] / batch.shape[0])
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total

@@ -1,0 +1,68 @@
+"""The pilot exercises: every reference solution passes and every starter fails, on the simulated
+device at ci scale, through the real isolated grader."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from vramlab.exercises import EXERCISES, get_exercise, list_exercises
+from vramlab.grader import grade_source
+from vramlab.grader.core import notebook_source
+
+IDS = list(EXERCISES)
+
+
+def test_registry_shape():
+    assert IDS == ["ch05-accumulation", "ch06-mixed-precision", "ch07-checkpoint"]
+    for item in list_exercises():
+        assert item["notebook"] == f"exercises/{item['id']}/{item['id']}.ipynb"
+        assert item["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"
+        assert 0 < item["target_ratio"] < 1 and item["points"] > 0 and item["function"] == "train_step"
+    with pytest.raises(KeyError, match="未知练习"):
+        get_exercise("ch99-nope")
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_solution_passes_and_starter_fails(exercise_id):
+    spec = get_exercise(exercise_id)
+    good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
+    assert good["passed"], good["reason"]
+    assert good["score"] == spec.points and good["correct"] is True
+    assert good["ratio"] <= spec.target_ratio - 0.05          # margin below the target
+    assert good["peak_bytes"] > 0 and good["seconds"] < 60
+    bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
+    assert not bad["passed"] and bad["score"] == 0
+    assert bad["correct"] is True                              # the starter is right, just too big
+    assert bad["category"] in ("too_much_memory", "technique")
+    assert bad["ratio"] == pytest.approx(1.0, abs=1e-9)        # the sim is deterministic
+
+
+def test_solution_with_warnings_on_stderr_passes_and_is_deterministic():
+    spec = get_exercise("ch05-accumulation")
+    noisy = spec.solution.replace('    """梯度累积', '''    import sys, warnings
+    warnings.warn("some PyTorch-style UserWarning")
+    print("stderr noise", file=sys.stderr)
+    """梯度累积''', 1)
+    a = grade_source("ch05-accumulation", noisy, reuse_baseline=True)
+    b = grade_source("ch05-accumulation", noisy, reuse_baseline=True)
+    assert a["passed"], a["reason"]
+    assert a["peak_bytes"] == b["peak_bytes"] and a["ratio"] == b["ratio"]
+    assert a["update_rel_err"] == b["update_rel_err"]
+
+
+def test_notebook_extraction_keeps_function_and_imports_only():
+    nb = {"cells": [
+        {"cell_type": "markdown", "source": "# 题目"},
+        {"cell_type": "code", "source": ["import torch\n", "%matplotlib inline\n", "X = 3\n"]},
+        {"cell_type": "code", "source": textwrap.dedent('''
+            def train_step(model, optimizer, batch, device):
+                return 1.0
+            print("side effect")
+        ''')},
+        {"cell_type": "code", "source": "import vramlab\nvramlab.check('ch05-accumulation')"},
+    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    src = notebook_source(json.dumps(nb), "train_step")
+    assert "def train_step" in src and "import torch" in src and "X = 3" in src
+    assert "check(" not in src and "print(" not in src and "%matplotlib" not in src

@@ -1,0 +1,246 @@
+"""nbgrader side of the course: notebooks generated from the specs, the committed release, the
+stderr rule, validate (solution passes / starter fails) and a small class graded end to end.
+
+Everything that runs nbgrader works in a temp copy of the course (config + solutions/), never in the
+repository. The end-to-end class uses the pilot exercise (the one that grades fastest).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from vramlab import notebooks
+from vramlab.exercises import EXERCISES, get_exercise
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "class"
+IDS = list(EXERCISES)
+PILOT = os.environ.get("VRAMLAB_PILOT_EXERCISE", "ch05-accumulation")
+
+
+def nbgrader(cwd, *args, timeout=900):
+    return subprocess.run(notebooks.nbgrader_cmd() + list(args), cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=notebooks.venv_env())
+
+
+def cell(nb, suffix):
+    (c,) = [c for c in nb.cells if c.get("id", "").endswith("-" + suffix)]
+    return c
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A temp copy of the course with every assignment generated (gradebook filled)."""
+    root = notebooks.copy_course(tmp_path_factory.mktemp("course"))
+    notebooks.release(root, IDS)
+    return root
+
+
+# ---------------------------------------------------------------------------------------------------
+# Generation from the specs
+# ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eid", IDS)
+def test_generation_is_deterministic(eid):
+    spec = get_exercise(eid)
+    assert notebooks.dumps(notebooks.build_source_notebook(spec)) == \
+        notebooks.dumps(notebooks.build_source_notebook(spec))
+
+
+def test_committed_notebooks_match_the_specs():
+    """CI: regenerate solutions/ and exercises/ in a temp dir; the committed ones must be identical."""
+    bad = notebooks.check()
+    assert not bad, f"与规格不一致，请运行 scripts/generate_exercises.sh：{bad}"
+
+
+@pytest.mark.parametrize("eid", IDS)
+def test_source_notebook_structure(eid):
+    spec = get_exercise(eid)
+    nb = nbformat.read(ROOT / "solutions" / eid / f"{eid}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    intro, answer, check = cell(nb, "intro"), cell(nb, "answer"), cell(nb, "check")
+    assert spec.title in intro.source and "怎么评分" in intro.source
+    assert answer.metadata.nbgrader["solution"] is True and not answer.metadata.nbgrader["grade"]
+    assert spec.starter.strip() in answer.source and spec.solution.strip() in answer.source
+    assert answer.source.index(spec.starter.strip()) < answer.source.index("### BEGIN SOLUTION") \
+        < answer.source.index(spec.solution.strip()) < answer.source.index("### END SOLUTION")
+    meta = check.metadata.nbgrader
+    assert meta["grade"] is True and meta["locked"] is True and meta["points"] == spec.points
+    assert f"vramlab.check({eid!r})" in check.source
+    assert "### BEGIN HIDDEN TESTS" in check.source and "### END HIDDEN TESTS" in check.source
+    assert cell(nb, "setup").metadata.nbgrader["locked"] is True
+
+
+@pytest.mark.parametrize("eid", IDS)
+def test_release_keeps_runnable_starter(eid):
+    """The learner gets the starter (runs, correct, too much memory), not `raise NotImplementedError`."""
+    spec = get_exercise(eid)
+    nb = nbformat.read(ROOT / "exercises" / eid / f"{eid}.ipynb", as_version=4)
+    answer, check = cell(nb, "answer"), cell(nb, "check")
+    assert spec.starter.strip() in answer.source
+    for gone in ("BEGIN SOLUTION", "END SOLUTION", "NotImplementedError", "参考答案"):
+        assert gone not in answer.source
+    assert spec.solution.strip() not in answer.source
+    assert "HIDDEN TESTS" not in check.source and "独立复评" not in check.source
+    assert f"vramlab.check({eid!r})" in check.source
+    ns: dict = {}
+    exec(compile(answer.source, "<answer>", "exec"), ns)       # defines the function, runs nothing heavy
+    assert callable(ns[spec.function])
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# stderr must not cost points
+# ---------------------------------------------------------------------------------------------------
+def test_stderr_preprocessor_keeps_full_points():
+    from nbgrader.utils import determine_grade
+
+    graded = nbformat.v4.new_code_cell("check()")
+    graded.metadata["nbgrader"] = {"grade": True, "grade_id": "x", "locked": True, "points": 10,
+                                   "schema_version": 3, "solution": False, "task": False}
+    graded.outputs = [nbformat.v4.new_output("stream", name="stderr", text="UserWarning: 无害的警告\n"),
+                      nbformat.v4.new_output("stream", name="stdout", text="通过\n")]
+    assert determine_grade(graded)[0] == 0                    # nbgrader 0.9 as shipped: stderr = fail
+    nb = nbformat.v4.new_notebook(cells=[graded])
+    nb, _ = notebooks.StderrToStdout().preprocess(nb, {})
+    assert determine_grade(nb.cells[0]) == (10, 10)
+    assert "[stderr] UserWarning" in nb.cells[0].outputs[0].text
+    failed = nbformat.v4.new_code_cell("check()", metadata=graded.metadata)
+    failed.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="", traceback=[])]
+    nb2, _ = notebooks.StderrToStdout().preprocess(nbformat.v4.new_notebook(cells=[failed]), {})
+    assert determine_grade(nb2.cells[0])[0] == 0              # a real failure still fails
+
+
+def test_nbgrader_config_loads_and_points_at_the_course(course):
+    r = nbgrader(course, "db", "assignment", "list")   # loads nbgrader_config.py, reads the gradebook
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out, out
+    db = course / "nbgrader" / "gradebook.db"
+    assert db.exists()
+    with sqlite3.connect(db) as con:
+        names = {row[0] for row in con.execute("select name from assignment")}
+    assert names == set(IDS)
+
+
+# ---------------------------------------------------------------------------------------------------
+# validate: the solution passes, the released starter fails every graded cell
+# ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("eid", IDS)
+def test_validate_solution_passes(course, eid):
+    r = nbgrader(course, "validate", f"solutions/{eid}/{eid}.ipynb")
+    assert "Success! Your notebook passes all the tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eid", IDS)
+def test_validate_released_starter_fails_every_graded_cell(course, eid):
+    r = nbgrader(course, "validate", "--invert", f"exercises/{eid}/{eid}.ipynb")
+    assert "Success! The notebook does not pass any tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A small class, end to end
+# ---------------------------------------------------------------------------------------------------
+def _submission(course: Path, eid: str, answer_source: str | None) -> nbformat.NotebookNode:
+    nb = nbformat.read(course / "exercises" / eid / f"{eid}.ipynb", as_version=4)
+    if answer_source is not None:
+        cell(nb, "answer").source = answer_source
+    return nb
+
+
+def _put(course: Path, student: str, eid: str, nb_or_text) -> Path:
+    d = course / "nbgrader" / "submitted" / student / eid
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{eid}.ipynb"
+    if isinstance(nb_or_text, str):
+        path.write_text(nb_or_text, encoding="utf-8")
+    else:
+        nbformat.write(nb_or_text, path)
+    (d / "timestamp.txt").write_text("2026-01-15 12:00:00.000000 UTC")
+    return path
+
+
+@pytest.mark.slow
+def test_class_end_to_end(course):
+    eid = PILOT
+    spec = get_exercise(eid)
+    fill = {"function": spec.function, "signature": spec.signature}
+    noisy = (FIXTURES / "noisy_stderr.py").read_text(encoding="utf-8")
+    hostile = (FIXTURES / "hostile_answer.py").read_text(encoding="utf-8").format(**fill)
+    _put(course, "alice", eid, _submission(course, eid, spec.solution.strip() + "\n" + noisy))  # correct + stderr
+    _put(course, "bob", eid, _submission(course, eid, None))                                    # the starter
+    _put(course, "mallory", eid, _submission(course, eid, hostile))                             # hostile
+    _put(course, "eve", eid, (FIXTURES / "malformed.ipynb").read_text(encoding="utf-8"))        # not JSON
+
+    t0 = time.perf_counter()
+    r = nbgrader(course, "autograde", eid)
+    log = r.stdout + r.stderr
+    print(f"autograde: {time.perf_counter() - t0:.0f} s")
+    assert r.returncode != 0                                  # nbgrader reports the broken one ...
+    assert "There was an error processing assignment" in log and "eve" in log
+    for s in ("alice", "bob", "mallory"):                     # ... and still grades the others
+        assert (course / "nbgrader" / "autograded" / s / eid / f"{eid}.ipynb").exists(), log[-6000:]
+
+    from nbgrader.api import Gradebook
+
+    db_url = "sqlite:///" + str(course / "nbgrader" / "gradebook.db")
+    with Gradebook(db_url, "vramlab") as gb:                  # the gradebook survived the batch
+        scores = {s: gb.find_submission(eid, s).score for s in ("alice", "bob", "mallory")}
+    assert scores == {"alice": spec.points, "bob": 0, "mallory": 0}, (scores, log[-6000:])
+
+    # the stderr written during the graded cell is kept, as stdout, and cost nothing
+    graded = nbformat.read(course / "nbgrader" / "autograded" / "alice" / eid / f"{eid}.ipynb", as_version=4)
+    outs = cell(graded, "check").outputs
+    assert not [o for o in outs if o.output_type == "stream" and o.name == "stderr"]
+    text = "".join(o.get("text", "") for o in outs if o.output_type == "stream")
+    assert "写到 stderr 的警告（Python 层）" in text           # layer 1: redirect_stderr around check()
+    assert "[stderr] UserWarning" in text                     # layer 2: fd 2 / after the block, relabelled
+    mal = nbformat.read(course / "nbgrader" / "autograded" / "mallory" / eid / f"{eid}.ipynb", as_version=4)
+    assert any(o.output_type == "error" for o in cell(mal, "check").outputs)
+
+    r = nbgrader(course, "generate_feedback", eid)
+    for s in ("alice", "bob", "mallory"):
+        html = (course / "nbgrader" / "feedback" / s / eid / f"{eid}.html").read_text(encoding="utf-8")
+        assert "峰值" in html or "通过" in html, s            # Chinese messages printed by check()
+    assert "练习编号" in html
+
+    out = course / "nbgrader" / "grades.csv"
+    r = nbgrader(course, "export", "--to", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {row["student_id"]: row for row in csv.DictReader(out.open(encoding="utf-8"))
+            if row["assignment"] == eid}
+    assert float(rows["alice"]["score"]) == spec.points
+    assert float(rows["bob"]["score"]) == 0 and float(rows["mallory"]["score"]) == 0
+    assert float(rows["alice"]["max_score"]) == spec.points
+    assert float(rows.get("eve", {"score": 0})["score"]) == 0
+
+
+@pytest.mark.slow
+def test_batch_grading_with_progress(tmp_path):
+    """The parallel path (vramlab.batch) grades a nbgrader layout and records a broken file as one row."""
+    from vramlab.batch import grade_many
+
+    eid = PILOT
+    spec = get_exercise(eid)
+    good = tmp_path / "alice" / eid / f"{eid}.ipynb"
+    bad = tmp_path / "eve" / eid / f"{eid}.ipynb"
+    good.parent.mkdir(parents=True)
+    bad.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / eid / f"{eid}.ipynb", good)
+    shutil.copy(FIXTURES / "malformed.ipynb", bad)
+    rows = grade_many([good, bad], workers=2, backend="sim", progress=True)
+    assert [r["student"] for r in rows] == ["alice", "eve"]
+    assert rows[0]["passed"] is True and rows[0]["score"] == spec.points
+    assert rows[1]["passed"] is False and rows[1]["score"] == 0 and rows[1]["reason"]

@@ -1,0 +1,33 @@
+"""Chinese feedback for a grading result (the dict of vramlab.grader.core)."""
+from __future__ import annotations
+
+from ..units import fmt_bytes
+
+
+def format_result(r: dict) -> str:
+    lines = []
+    status = "✅ 通过" if r.get("passed") else "❌ 未通过"
+    lines.append(f"{status}  练习 {r['exercise']}  得分 {r['score']}/{r['max_score']}"
+                 f"（{'模拟设备' if r.get('backend') == 'sim' else 'CUDA'}，规模 {r.get('scale')}）")
+    if r.get("peak_bytes") is not None:
+        lines.append(f"  你的稳态峰值显存   {fmt_bytes(r['peak_bytes'])}")
+    if r.get("baseline_peak_bytes") is not None:
+        lines.append(f"  起始代码峰值       {fmt_bytes(r['baseline_peak_bytes'])}")
+    if r.get("ratio") is not None:
+        lines.append(f"  比值               {r['ratio']:.2f}（目标 ≤ {r['target_ratio']:.2f}）")
+    else:
+        lines.append(f"  目标比值           ≤ {r['target_ratio']:.2f}")
+    if r.get("correct") is not None:
+        extra = ""
+        if r.get("loss_max_rel_err") is not None and r.get("update_rel_err") is not None:
+            extra = f"（损失最大相对误差 {r['loss_max_rel_err']:.2g}，参数更新相对误差 {r['update_rel_err']:.2g}）"
+        lines.append(f"  结果正确           {'是' if r['correct'] else '否'}{extra}")
+    if r.get("time_ratio") is not None:
+        lines.append(f"  单步耗时           {r['step_seconds'] * 1000:.0f} ms，是起始代码的 {r['time_ratio']:.2f} 倍"
+                     + (f"（允许 {r['max_time_ratio']:.2f} 倍）" if r.get("max_time_ratio") else "（仅供参考，不计分）"))
+    lines.append(f"  说明               {r.get('reason', '')}")
+    if not r.get("passed") and r.get("hints") and r.get("category") in ("too_much_memory", "incorrect", "technique", "slow", "oom"):
+        lines.append("  可以试试：")
+        for h in r["hints"]:
+            lines.append(f"    - {h}")
+    return "\n".join(lines)

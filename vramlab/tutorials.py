@@ -1,0 +1,120 @@
+"""Executable tutorials: text sources in, notebooks with the outputs they really produced out.
+
+Each chapter's tutorial is a plain-text source, `tutorials/chNN.py` (jupytext "percent" format:
+`# %%` starts a code cell, `# %% [markdown]` a Chinese text cell), so it diffs and reviews like
+code. `vramlab tutorials run` executes every source top to bottom in a fresh kernel and writes
+`docs/chapters/chNN-tutorial.ipynb`, which the site renders with its outputs (the build itself
+never executes anything). The notebook's metadata records what produced the outputs:
+
+    "vramlab": {"source_sha256": ..., "package_sha256": ..., "torch": ..., "executed": ...}
+
+`vramlab tutorials check` (and the test suite) fails when a committed notebook's hashes no longer
+match its source or the vramlab package: outputs on the site are never stale.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "tutorials"
+OUTPUTS = ROOT / "docs" / "chapters"
+PACKAGE = Path(__file__).resolve().parent
+TIMEOUT_S = 600
+
+
+def sources() -> list[Path]:
+    return sorted(SOURCES.glob("ch[0-9][0-9].py"))
+
+
+def output_for(source: Path) -> Path:
+    return OUTPUTS / f"{source.stem}-tutorial.ipynb"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def package_sha256() -> str:
+    """One hash over the package's Python sources (what a tutorial's output can depend on)."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(str(path.relative_to(PACKAGE)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def execute(source: Path, out: Path | None = None) -> Path:
+    """Run one tutorial source in a fresh kernel and write the notebook with its outputs."""
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+
+    import torch
+
+    out = out or output_for(source)
+    text = source.read_text(encoding="utf-8")
+    nb = jupytext.reads(text, fmt="py:percent")
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    client.execute()
+    nb.metadata["vramlab"] = {
+        "source": source.name,
+        "source_sha256": sha256_text(text),
+        "package_sha256": package_sha256(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()} CPU" if not torch.cuda.is_available() else torch.cuda.get_device_name(0),
+        "executed": datetime.date.today().isoformat(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
+    return out
+
+
+def stale(source: Path) -> str | None:
+    """Why the committed notebook for `source` does not show this source's current outputs, or None."""
+    import nbformat
+
+    out = output_for(source)
+    if not out.exists():
+        return f"{out.relative_to(ROOT)} 不存在：请运行 vramlab tutorials run"
+    meta = nbformat.read(out, as_version=4).metadata.get("vramlab", {})
+    if meta.get("source_sha256") != sha256_text(source.read_text(encoding="utf-8")):
+        return f"{source.relative_to(ROOT)} 改过了，输出已过期"
+    if meta.get("package_sha256") != package_sha256():
+        return "vramlab 包的代码改过了，输出已过期"
+    return None
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="vramlab tutorials", description="执行教程并检查输出是否过期")
+    p.add_argument("action", choices=("run", "check", "list"))
+    p.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
+    args = p.parse_args(argv)
+    chosen = [s for s in sources() if not args.only or s.stem in args.only.split(",")]
+    if args.action == "list":
+        for s in chosen:
+            print(s.relative_to(ROOT), "->", output_for(s).relative_to(ROOT))
+        return 0
+    if args.action == "run":
+        for s in chosen:
+            t0 = datetime.datetime.now()
+            execute(s)
+            print(f"{s.stem}: 已执行（{(datetime.datetime.now() - t0).total_seconds():.0f} s）", flush=True)
+        return 0
+    problems = [(s, why) for s in chosen if (why := stale(s))]
+    for s, why in problems:
+        print(f"{s.stem}: {why}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

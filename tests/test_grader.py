@@ -18,7 +18,7 @@ from vramlab.grader.core import grade_file
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = sorted((ROOT / "tests" / "hostile").glob("*.py"))
-TIMEOUT = 20
+TIMEOUT = 40   # generous: 2 hostile gradings share 2 cores; the infinite loop is killed at this limit
 PWNED = [ROOT / "PWNED_by_hostile.txt", Path("/tmp/PWNED_by_hostile.txt")]
 KEYS = {"exercise", "passed", "score", "max_score", "peak_bytes", "baseline_peak_bytes", "ratio", "target_ratio",
         "correct", "reason", "backend", "category"}
@@ -85,7 +85,8 @@ def test_cli_exercises_json():
     out = _cli("exercises", "--json")
     assert out.returncode == 0, out.stderr
     items = json.loads(out.stdout)
-    assert {i["id"] for i in items} == {"ch05-accumulation", "ch06-mixed-precision", "ch07-checkpoint"}
+    assert {i["id"] for i in items} == {"ch01-estimate", "ch02-monitor", "ch03-loading", "ch04-dataloading",
+                                        "ch05-accumulation", "ch06-mixed-precision", "ch07-checkpoint"}
     assert {"id", "chapter", "function", "target_ratio", "points", "notebook", "solution"} <= set(items[0])
 
 
@@ -127,9 +128,8 @@ def test_cli_grades_a_notebook_with_check_cell(tmp_path):
 def test_check_is_lazy_and_callable():
     code = "import sys, vramlab; assert 'torch' not in sys.modules; f = vramlab.check; assert callable(f)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    import vramlab.check as mod
-    assert callable(vramlab.check) and callable(mod)
+    import vramlab.notebook_check as mod
+    assert vramlab.check is mod.check
+    assert not hasattr(sys.modules["__main__"], "train_step")
     with pytest.raises(AssertionError, match="没有找到函数"):
-        vramlab.check("ch05-accumulation", func=None) if not hasattr(sys.modules["__main__"], "train_step") \
-            else (_ for _ in ()).throw(AssertionError("没有找到函数"))
-    assert os.environ.get("VRAMLAB_PROTECTED_DIRS") is None or True
+        vramlab.check("ch05-accumulation")

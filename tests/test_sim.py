@@ -31,10 +31,24 @@ def test_exact_bytes_for_known_ops():
         assert dev.allocated() == 0
         assert dev.max_allocated() == 2 * 4096 + 512
         e = torch.empty(0)                        # empty tensors allocate nothing
+        m = torch.empty(1 << 20, device="meta")   # nor do meta tensors (shapes only)
         assert dev.allocated() == 0
+        del m
         dev.reset_peak()
         assert dev.max_allocated() == 0
         del e
+
+
+def test_storage_resize_in_place_is_charged():
+    """FSDP2 frees gathered parameters with untyped_storage().resize_(0) and refills them later."""
+    with SimDevice(cublas_workspace=False) as dev:
+        t = torch.empty(1 << 20)
+        t.untyped_storage().resize_(0)
+        assert dev.allocated() == 0
+        t.untyped_storage().resize_(4 << 20)
+        assert dev.allocated() == 4 << 20
+        del t
+        assert dev.allocated() == 0
 
 
 def test_tensors_outside_the_device_are_not_counted():

@@ -173,6 +173,17 @@ def test_unwritten_chapters_say_so(site):
                 assert "本章将讲解" in html, f"ch{n:02d} stub must list what the chapter will cover"
 
 
+def test_exercise_cards_come_from_the_specs(site):
+    """Every graded exercise appears on its chapter page with the spec's own target."""
+    from vramlab.exercises import EXERCISES
+
+    for spec in EXERCISES.values():
+        html = (site / "chapters" / f"ch{spec.chapter:02d}" / "index.html").read_text(encoding="utf-8")
+        assert f"评分练习 <code>{spec.id}</code>" in html, f"{spec.id} has no card on chapter {spec.chapter}"
+        assert f"<strong>{spec.target_ratio * 100:g}%</strong>" in html, f"{spec.id}: target missing"
+        assert f"exercises/{spec.id}/{spec.id}.ipynb" in html
+
+
 def test_search_words_are_on_their_chapters(site):
     # The browser test searches these words; they must be in the chapters' own text.
     assert "显存" in (site / "chapters/ch01/index.html").read_text(encoding="utf-8")

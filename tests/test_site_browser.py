@@ -194,11 +194,11 @@ def test_chinese_search(watch, site_url, query, chapter, title):
 
 def test_chapter_page_and_collapsible_answer(watch, site_url):
     page = watch.page
-    page.goto(site_url + "chapters/ch07/", wait_until="networkidle")
-    assert h1(page) == "第 7 章 激活检查点"
+    page.goto(site_url + "chapters/ch20/", wait_until="networkidle")     # a chapter not written yet
+    assert h1(page) == "第 20 章 分布式训练显存"
     assert "本章正文尚在编写中" in page.locator(".admonition").first.inner_text()
     nav = page.locator(".md-nav__link").all_inner_texts()
-    assert any("第 6 章" in t for t in nav) and any("第 15 章" in t for t in nav)
+    assert any("第 16 章" in t for t in nav) and any("第 25 章" in t for t in nav)
     # The style guide shows a collapsible answer (pymdownx.details), closed until clicked.
     page.goto(site_url + "style/", wait_until="networkidle")
     answer = page.locator("details.success").first
@@ -231,6 +231,25 @@ def test_terms_page_has_formula_and_table(watch, site_url):
     watch.assert_clean()
 
 
+def test_tutorial_page_shows_its_outputs(watch, site_url):
+    """A tutorial page shows the outputs it was committed with, its figures, and a download link."""
+    import nbformat
+
+    nb = nbformat.read(REPO / "docs" / "chapters" / "ch01-tutorial.ipynb", as_version=4)
+    printed = [o["text"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if o.get("output_type") == "stream" and o["text"].strip()]
+    assert printed, "the committed tutorial has no printed output"
+    page = watch.page
+    page.goto(site_url + "chapters/ch01-tutorial/", wait_until="networkidle")
+    body = page.locator(".md-content").inner_text()
+    first_line = printed[0].strip().splitlines()[0].strip()
+    assert first_line in body, f"output {first_line!r} not shown on the page"
+    assert page.locator(".jp-OutputArea-output, .output_area").count() >= 3
+    download = page.locator("a[href$='.ipynb']").first
+    assert download.count() == 1
+    watch.assert_clean()
+
+
 # --------------------------------------------------------------------------- offline build
 
 def test_offline_build_from_file_url(watch, offline_root):
@@ -238,7 +257,7 @@ def test_offline_build_from_file_url(watch, offline_root):
     page.goto((offline_root / "index.html").as_uri(), wait_until="load")
     assert h1(page) == "显存优化实战"
     tabs = page.locator(".md-tabs__link")
-    assert tabs.count() == 6
+    assert tabs.count() == 7
     # Navigation: follow the 基础篇 tab to chapter 1.
     tabs.nth(1).click()
     page.wait_for_load_state("load")

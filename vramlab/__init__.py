@@ -19,7 +19,7 @@ _LAZY = {
     "Measurement": "vramlab.meter", "device_budget": "vramlab.budget",
     "estimate": "vramlab.estimate", "Workload": "vramlab.workload", "build_model": "vramlab.models",
     "measure_workload": "vramlab.runner", "build_training": "vramlab.runner",
-    "check": "vramlab.check",
+    "check": "vramlab.notebook_check",
 }
 
 

@@ -71,15 +71,15 @@ def __getattr__(name):         # nbgrader is imported only by the nbgrader proce
 # --------------------------------------------------------------------------------------------------
 # Building the source notebook from a spec
 # --------------------------------------------------------------------------------------------------
-def _percent(x: float) -> str:
-    return f"{x * 100:g}%"
-
-
 def _scale_zh(scale) -> str:
     text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
-    if scale.extra:
-        text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(scale.extra.items()))
+    shown = {k: v for k, v in scale.extra.items() if k not in _GRADER_ONLY}
+    if shown:
+        text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(shown.items()))
     return text
+
+
+_GRADER_ONLY = {"cases", "visible"}      # hidden test cases stay out of the learner's notebook
 
 
 def _params(signature: str) -> list[str]:
@@ -90,7 +90,27 @@ def _params(signature: str) -> list[str]:
     return [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
 
 
+def _how_graded(spec) -> list[str]:
+    if spec.kind in ("estimate", "monitor"):
+        return [
+            "1. 从上到下运行所有单元格。起始代码能运行，但" + ("算出的字节数" if spec.kind == "estimate" else "量出的峰值")
+            + "不对：直接修改下面的函数。",
+            f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里运行你的函数，"
+            "把结果与评分器在模拟设备上的实测值逐个比较。",
+            "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
+        ]
+    return [
+        "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
+        f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里，用同样的模型、"
+        "同样的数据，先跑起始代码、再跑你的函数，测两者的峰值显存并比较结果。",
+        "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
+        "在 CPU 上的模拟设备上都成立。",
+    ]
+
+
 def intro_markdown(spec) -> str:
+    from .exercises.spec import criteria_zh
+
     lines = [
         f"# 第 {spec.chapter} 章练习：{spec.title}",
         "",
@@ -102,23 +122,13 @@ def intro_markdown(spec) -> str:
         "",
         "## 目标",
         "",
-        f"- **正确**：损失与更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；",
-        f"- **省显存**：稳态峰值显存 ≤ 起始代码峰值的 **{_percent(spec.target_ratio)}**"
-        f"（比例 ≤ {spec.target_ratio:g}）。",
+        *criteria_zh(spec),
     ]
-    if spec.max_time_ratio is not None:
-        lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
-    if spec.absolute_budget:
-        lines.append(f"- **装得下**：在 {spec.absolute_budget} 的虚拟显卡上不 OOM。")
     lines += [
         "",
         "## 怎么评分",
         "",
-        "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
-        f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里，用同样的模型、"
-        "同样的数据，先跑起始代码、再跑你的函数，测两者的稳态峰值显存并比较结果。",
-        "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
-        "在 CPU 上的模拟设备上都成立。",
+        *_how_graded(spec),
         f"   - 默认（模拟设备，CI 规模，没有 GPU 也能评）：{_scale_zh(spec.ci)}；",
         f"   - 在真卡上（`--backend cuda --scale gpu`）：{_scale_zh(spec.gpu)}。",
         "4. 也可以在终端里评分（先保存 notebook）：`vramlab grade " + spec.id

@@ -10,10 +10,12 @@ the starter source and the workload sizes.
 from __future__ import annotations
 
 from .spec import ExerciseSpec, Scale
-from . import ch05_accumulation, ch06_mixed_precision, ch07_checkpoint
+from . import (ch01_estimate, ch02_monitor, ch03_loading, ch04_dataloading, ch05_accumulation,
+               ch06_mixed_precision, ch07_checkpoint)
 
 EXERCISES: dict[str, ExerciseSpec] = {
-    m.SPEC.id: m.SPEC for m in (ch05_accumulation, ch06_mixed_precision, ch07_checkpoint)
+    m.SPEC.id: m.SPEC for m in (ch01_estimate, ch02_monitor, ch03_loading, ch04_dataloading, ch05_accumulation,
+                                ch06_mixed_precision, ch07_checkpoint)
 }
 
 
@@ -34,7 +36,7 @@ def solution_path(exercise_id: str) -> str:
 
 def list_exercises() -> list[dict]:
     return [
-        {"id": s.id, "chapter": s.chapter, "title": s.title, "function": s.function,
+        {"id": s.id, "chapter": s.chapter, "kind": s.kind, "title": s.title, "function": s.function,
          "signature": s.signature, "target_ratio": s.target_ratio, "points": s.points,
          "notebook": notebook_path(s.id), "solution": solution_path(s.id)}
         for s in EXERCISES.values()

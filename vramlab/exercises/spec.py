@@ -42,3 +42,38 @@ class ExerciseSpec:
     points: int = 10
     hints: tuple[str, ...] = ()    # Chinese: what to try next when it fails
     metric: str = "steady_peak_allocated"
+    kind: str = "train_step"       # what the harness runs and how core.py judges it:
+    # "train_step"  train_step(model, optimizer, batch, device); peak ratio vs the starter + same results
+    # "train_epoch" train_epoch(model, optimizer, tokens, device, batch_size) over a HOST dataset; same judge
+    # "estimate"    estimate_static_bytes(n_params, optimizer, precision): within target_ratio (relative)
+    #               of the static bytes the sim measures; ratio = worst relative error
+    # "monitor"     measure_peak(fn, device) on hidden functions: within target_ratio of the harness's
+    #               own peak; ratio = worst relative error
+    # "load"        load_model(device): bf16 model equal to the starter's; peak <= target_ratio x the
+    #               starter's and <= extra["max_model_multiple"] x the model's own bytes
+
+
+def criteria_zh(spec: ExerciseSpec) -> list[str]:
+    """The pass criteria in Chinese, one Markdown bullet each: the notebook intro and the chapter
+    page both print these, so what learners read is what the grader checks."""
+    pct = f"{spec.target_ratio * 100:g}%"
+    if spec.kind == "estimate":
+        return [f"- **估得准**：每个用例（公开的和隐藏的）与模拟设备实测的字节数相差不超过 **{pct}**；",
+                "- **用公式算**：函数拿不到设备，也不能创建张量去测量。"]
+    if spec.kind == "monitor":
+        return [f"- **量得准**：每个隐藏函数，你返回的峰值与评分器测得的峰值相差不超过 **{pct}**；",
+                "- `fn` 恰好调用一次。"]
+    lines = []
+    if spec.kind == "load":
+        multiple = spec.ci.extra.get("max_model_multiple")
+        lines.append("- **正确**：返回模型的参数与起始代码的结果相同，全部是 bf16、在设备上；")
+        if multiple:
+            lines.append(f"- **不多占**：加载期间的峰值 ≤ 最终模型大小的 **{multiple:g} 倍**；")
+    else:
+        lines.append(f"- **正确**：损失与更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；")
+    lines.append(f"- **省显存**：峰值显存 ≤ 起始代码峰值的 **{pct}**（同一次运行、同一后端上测得）。")
+    if spec.max_time_ratio is not None:
+        lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
+    if spec.absolute_budget:
+        lines.append(f"- **装得下**：在 {spec.absolute_budget} 的虚拟显卡上不 OOM。")
+    return lines

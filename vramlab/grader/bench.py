@@ -19,10 +19,10 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
         for kind, src in kinds:
             t0 = time.perf_counter()
             r = grade_source(spec.id, src, backend=backend, scale=scale)
-            rows.append({"exercise": spec.id, "code": kind, "passed": r["passed"], "category": r["category"],
+            rows.append({"exercise": spec.id, "kind": spec.kind, "code": kind, "passed": r["passed"], "category": r["category"],
                          "seconds": round(time.perf_counter() - t0, 2), "peak_bytes": r["peak_bytes"],
                          "baseline_peak_bytes": r["baseline_peak_bytes"], "ratio": r["ratio"],
-                         "target_ratio": spec.target_ratio, "loss_max_rel_err": r["loss_max_rel_err"],
+                         "target_ratio": spec.target_ratio, "reason": r["reason"], "loss_max_rel_err": r["loss_max_rel_err"],
                          "update_rel_err": r["update_rel_err"]})
             if not as_json:
                 row = rows[-1]

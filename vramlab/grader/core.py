@@ -36,7 +36,7 @@ EXERCISES_DIR = PACKAGE_DIR / "exercises"
 DEFAULT_TIMEOUT = {"ci": 120, "gpu": 600}
 DEFAULT_MEMORY = {"ci": 8 * GiB, "gpu": 48 * GiB}
 OUTPUT_LIMIT = 64 * MiB
-FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader", "vramlab.check")
+FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader", "vramlab.notebook_check")
 LR = 1e-3
 _BASELINE_CACHE: dict = {}
 
@@ -166,7 +166,7 @@ class ChildRun:
 def _course_roots() -> tuple[list[str], list[str], list[str]]:
     """(forbidden, protected, allowed) read roots for the child."""
     root = PACKAGE_DIR.parent
-    forbidden = [str(EXERCISES_DIR), str(GRADER_DIR), str(PACKAGE_DIR / "check.py")]
+    forbidden = [str(EXERCISES_DIR), str(GRADER_DIR), str(PACKAGE_DIR / "notebook_check.py")]
     protected: list[str] = []
     allowed = [str(PACKAGE_DIR), sys.prefix, sys.base_prefix]
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -303,6 +303,9 @@ def _job(spec, scale_name: str, backend: str) -> dict:
         "function": spec.function, "model": scale.model, "config": dict(scale.extra.get("config", {})),
         "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": 0,
         "lr": scale.extra.get("lr", LR), "backend": backend, "threads": 1, "features_k": 2,
+        "kind": spec.kind, "extra": {k: v for k, v in scale.extra.items() if k != "config"},
+        # hidden cases that change with every grading (ch02): a number copied from feedback is useless
+        "case_seed": secrets.randbelow(2 ** 31) if spec.kind == "monitor" else 0,
     }
 
 
@@ -319,7 +322,7 @@ def update_tolerance(spec) -> float:
 
 def _base_result(spec, backend: str, scale: str) -> dict:
     return {
-        "exercise": spec.id, "passed": False, "score": 0, "max_score": spec.points, "category": None,
+        "exercise": spec.id, "kind": spec.kind, "passed": False, "score": 0, "max_score": spec.points, "category": None,
         "reason": "", "peak_bytes": None, "baseline_peak_bytes": None, "ratio": None,
         "target_ratio": spec.target_ratio, "correct": None, "backend": backend, "scale": scale,
         "time_ratio": None, "step_seconds": None, "baseline_step_seconds": None, "max_time_ratio": spec.max_time_ratio,
@@ -364,10 +367,10 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     runs: dict[str, ChildRun] = {}
 
     def go(name, src, t):
-        runs[name] = run_child(job, src, t, memory)
+        runs[name] = run_child(dict(job, reference=name == "baseline"), src, t, memory)
 
     base_timeout = max(timeout, DEFAULT_TIMEOUT[scale])
-    cache_key = (spec.id, scale, backend, hashlib.sha256(spec.starter.encode()).hexdigest())
+    cache_key = (spec.id, scale, backend, hashlib.sha256((spec.starter + json.dumps(job)).encode()).hexdigest())
     if reuse_baseline and cache_key in _BASELINE_CACHE:
         runs["baseline"] = _BASELINE_CACHE[cache_key]
         go("submission", source, timeout)
@@ -386,12 +389,14 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         raise GraderError(f"起始代码（可信基线）没能运行，评分器本身有问题：{detail}")
     if bp.get("violations"):
         raise GraderError(f"起始代码（可信基线）触发了评分器的防护，评分器本身有问题：{bp['violations'][:3]}")
-    result["baseline_peak_bytes"] = bp["peak_bytes"]
-    result["baseline_step_seconds"] = bp["step_seconds"]
-    return _judge(spec, result, bp, sub, timeout)
+    result["baseline_peak_bytes"] = bp.get("peak_bytes")
+    result["baseline_step_seconds"] = bp.get("step_seconds")
+    failed = _child_failed(result, sub, timeout)
+    return failed or JUDGES[spec.kind](spec, result, bp, sub.payload)
 
 
-def _judge(spec, result: dict, bp: dict, sub: ChildRun, timeout: float) -> dict:
+def _child_failed(result: dict, sub: ChildRun, timeout: float) -> dict | None:
+    """What every kind judges first: the child ran, signed its result, and broke no rule."""
     if sub.timed_out:
         return _fail(result, "timeout", f"超过 {timeout:.0f} 秒仍未结束（死循环？或者每一步太慢）。进程已被终止")
     if sub.forged:
@@ -418,6 +423,11 @@ def _judge(spec, result: dict, bp: dict, sub: ChildRun, timeout: float) -> dict:
         kind = err.get("kind")
         cat = {"exit": "exit", "oom": "oom", "missing_function": "invalid_submission"}.get(kind, "exception")
         return _fail(result, cat, err.get("message", ""))
+    return None
+
+
+def _judge_training(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """train_step / train_epoch: peak ratio against the starter, same losses and parameter update."""
     peak, base_peak = int(sp["peak_bytes"]), int(bp["peak_bytes"])
     result["peak_bytes"] = peak
     result["ratio"] = round(peak / base_peak, 4) if base_peak else None
@@ -481,6 +491,85 @@ def _technique_missing(spec, sp: dict) -> str | None:
         if any(c["blocks"] <= n * max(c["model"], 1) for c in calls):
             return "本题要求激活检查点：反向时要重新计算 Transformer block 的前向（没有检测到重算）"
     return None
+
+
+def _worst_case(result: dict, answers: list, truths: list, tol: float) -> int:
+    """estimate / monitor: the case with the largest relative error. The result's `peak_bytes` is
+    the learner's answer there, `baseline_peak_bytes` the measured truth, `ratio` the error."""
+    errs = [abs(a - t) / t if t and math.isfinite(a) else math.inf for a, t in zip(answers, truths)]
+    if len(answers) != len(truths) or not errs:
+        errs = [math.inf]
+    i = max(range(len(errs)), key=errs.__getitem__)
+    ok = math.isfinite(errs[i])
+    result.update(peak_bytes=int(answers[i]) if ok else None, baseline_peak_bytes=int(truths[i]) if truths else None,
+                  ratio=round(errs[i], 4) if ok else None, correct=errs[i] <= tol)
+    return i
+
+
+def _passed(spec, result: dict, reason: str) -> dict:
+    result.update(passed=True, score=spec.points, category="ok", reason=f"通过：{reason}")
+    return result
+
+
+def _judge_estimate(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """ch01: every estimate within target_ratio (relative) of the static bytes the sim measured."""
+    cases = sp.get("cases") or []
+    i = _worst_case(result, sp.get("answers") or [], bp.get("truths") or [], spec.target_ratio)
+    if result["correct"]:
+        return _passed(spec, result, f"所有 {len(cases)} 个用例的估算都在实测值的 ±{spec.target_ratio:.0%} 以内"
+                                     f"（最大相对误差 {result['ratio']:.2%}）")
+    n, opt, prec = cases[i] if i < len(cases) else ("?", "?", "?")
+    visible = i < getattr(spec, result["scale"]).extra.get("visible", 0)
+    truth = f"，实测 {result['baseline_peak_bytes']:,} 字节" if visible else "（隐藏用例，不公布实测值）"
+    err = f"{result['ratio']:.1%}" if result["ratio"] is not None else "无穷大（返回值不是有限的数）"
+    return _fail(result, "incorrect", f"n_params={n:,}、optimizer={opt!r}、precision={prec!r}：你的估算 "
+                                      f"{result['peak_bytes'] or 0:,} 字节{truth}，相对误差 {err}，允许 {spec.target_ratio:.0%}")
+
+
+def _judge_monitor(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """ch02: the learner's peak of every hidden function within target_ratio of the harness's own."""
+    answers, trusted = sp.get("answers") or [], bp.get("answers") or []
+    truths = [a["truth"] for a in answers]
+    if any(t < 0.99 * b["truth"] for t, b in zip(truths, trusted)):
+        return _fail(result, "tamper", "评分器测得的峰值低于可信进程里同一个函数的峰值：显存计量被绕过了")
+    i = _worst_case(result, [a["got"] for a in answers], truths, spec.target_ratio)
+    if result["correct"]:
+        return _passed(spec, result, f"{len(answers)} 个隐藏函数的峰值都测准了（最大相对误差 {result['ratio']:.2%}）")
+    name = answers[i]["case"] if answers else "?"
+    return _fail(result, "incorrect", f"隐藏函数 {name}：你返回 {fmt_bytes(result['peak_bytes'] or 0)}，"
+                                      f"它运行期间的峰值是 {fmt_bytes(result['baseline_peak_bytes'] or 0)}，"
+                                      f"允许误差 {spec.target_ratio:.0%}。先 reset_peak()，再调用 fn()，最后读 max_allocated()")
+
+
+def _judge_load(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """ch03: a bf16 model equal to the starter's, built with a low peak: at most
+    `max_model_multiple` x the model's own bytes and target_ratio x the starter's peak."""
+    peak, base_peak, model_bytes = int(sp["peak_bytes"]), int(bp["peak_bytes"]), int(bp["model_bytes"])
+    err = _rel(sp.get("fingerprint") or [], bp.get("fingerprint") or [])
+    result.update(peak_bytes=peak, ratio=round(peak / base_peak, 4) if base_peak else None, update_rel_err=err)
+    problems = [
+        (sp.get("dtypes") != ["torch.bfloat16"], f"参数的 dtype 是 {sp.get('dtypes')}，要求全部是 torch.bfloat16"),
+        (not sp.get("on_device"), "有参数不在设备上（显存里）：模型要直接建在 device.torch_device 上"),
+        (sp.get("param_count") != bp.get("param_count"), "参数个数与起始代码的模型不同：用同一个预设"),
+        (not err <= spec.rtol, f"参数值与起始代码的模型不同（相对误差 {err:.3g}，允许 {spec.rtol:g}）：用同样的预设和随机种子"),
+    ]
+    why = [msg for bad, msg in problems if bad]
+    result["correct"] = not why
+    if why:
+        return _fail(result, "incorrect", why[0])
+    if peak < model_bytes:
+        return _fail(result, "tamper", f"测得的峰值 {fmt_bytes(peak)} 低于模型本身的大小 {fmt_bytes(model_bytes)}：显存计量被绕过了")
+    multiple = getattr(spec, result["scale"]).extra.get("max_model_multiple", math.inf)
+    if peak > multiple * model_bytes or peak > spec.target_ratio * base_peak:
+        return _fail(result, "too_much_memory", f"加载时的峰值 {fmt_bytes(peak)} 是最终 bf16 模型（{fmt_bytes(model_bytes)}）的 "
+                                                f"{peak / model_bytes:.2f} 倍、起始代码（{fmt_bytes(base_peak)}）的 {peak / base_peak:.2f} 倍；"
+                                                f"目标：不超过模型的 {multiple:.2f} 倍，且不超过起始代码的 {spec.target_ratio:.2f} 倍")
+    return _passed(spec, result, f"峰值是 bf16 模型本身的 {peak / model_bytes:.2f} 倍（起始代码的 {result['ratio']:.2f} 倍），"
+                                 "参数与起始代码一致")
+
+
+JUDGES = {"train_step": _judge_training, "train_epoch": _judge_training, "estimate": _judge_estimate,
+          "monitor": _judge_monitor, "load": _judge_load}
 
 
 def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,

@@ -30,17 +30,189 @@ physical lower bound on the peak (parameters + gradients + optimizer state of th
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
 import sys
 import time
+import types
 
 
 def _sign(key: bytes, payload: dict) -> dict:
     body = json.dumps(payload, sort_keys=True, ensure_ascii=False)
     return {"payload": body, "mac": hmac.new(key, body.encode(), hashlib.sha256).hexdigest()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scenarios: one per exercise kind. Each is called with the harness `h` BEFORE the guards are armed
+# and the learner's code is loaded (trusted setup: model, data, ground truth), and returns `run(fn)`,
+# which calls the learner's function only through `h.call`/`h.training_call` and returns the fields
+# the parent judges (vramlab.grader.core.JUDGES).
+# ---------------------------------------------------------------------------------------------------
+def scenario_train_step(h):
+    """`train_step(model, optimizer, batch, device)`: warm-up steps, then the steady peak."""
+    job = h.job
+    model, optimizer = h.training_setup()
+    batches = [b.clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    before = h.fingerprint(model.parameters())
+
+    def run(fn):
+        losses, times, first_peak = [], [], 0
+        h.reset_peak()
+        for i, batch in enumerate(batches):
+            if i == int(job["warmup"]):
+                h.reset_peak()
+            losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
+            times.append(h.seconds)
+            first_peak = first_peak or h.peak()
+        return dict(h.training_result(before), peak_bytes=h.peak(), first_step_peak_bytes=first_peak, losses=losses,
+                    step_seconds=min(times[int(job["warmup"]):] or times))
+    return run
+
+
+def scenario_train_epoch(h):
+    """`train_epoch(model, optimizer, tokens, device, batch_size)`: one pass over a dataset that
+    lives in HOST memory; the peak covers the whole epoch."""
+    job = h.job
+    model, optimizer = h.training_setup()
+    n, bs = int(h.extra["n_samples"]), int(job["batch"])
+    data = h.tokens((n, int(job["seq"])), on_host=True)
+    before = h.fingerprint(model.parameters())
+
+    def run(fn):
+        h.reset_peak()
+        steps = -(-n // bs)
+        losses = h.training_call(lambda: [float(x) for x in fn(model, optimizer, data, h.dev, bs)], "这个 epoch ",
+                                 min_steps=steps)
+        return dict(h.training_result(before), peak_bytes=h.peak(), losses=losses, step_seconds=h.seconds / steps)
+    return run
+
+
+def _static_truth(torch, model_name: str, optimizer: str, precision: str, fake: bool) -> tuple[int, int]:
+    """(parameter count, parameters + gradients + optimizer state in bytes) on a fresh simulated
+    device, read from its breakdown after one real training step, just before zero_grad."""
+    from vramlab.models import build_model
+    from vramlab.sim.device import SimDevice
+
+    with SimDevice(fake=fake, timeline=False) as d:
+        model = build_model(model_name, dtype=torch.bfloat16 if precision == "bf16" else None)
+        params = list(model.parameters())
+        opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-3),
+               "sgdm": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9),
+               "adamw": lambda: torch.optim.AdamW(params, lr=1e-3)}[optimizer]()
+        ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(0))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        b = d.breakdown(at_peak=False)
+        opt.zero_grad(set_to_none=True)
+        return sum(p.numel() for p in params), b["parameters"] + b["gradients"] + b["optimizer_state"]
+
+
+def scenario_estimate(h):
+    """`estimate_static_bytes(n_params, optimizer, precision)`: pure arithmetic. The trusted
+    (reference) child measures the truth of every case on the simulated device; the learner's child
+    only asks the function, which gets no device and must not create tensors on this one."""
+    from vramlab.models import count_params
+
+    cases = [tuple(c) for c in h.extra["cases"]]
+    truths = None
+    if h.job.get("reference"):
+        with h.dev.untracked():
+            truths = [_static_truth(h.torch, *c) for c in cases]
+    sizes = {name: count_params(name) for name in {c[0] for c in cases}}
+
+    def run(fn):
+        answers = []
+        for name, optimizer, precision, _ in cases:
+            before = h.dev.allocated()
+            h.reset_peak()
+            answers.append(h.call(lambda: float(fn(sizes[name], optimizer, precision))))
+            if h.peak() > before:
+                h.violate("tensor_work", "estimate_static_bytes 在（模拟）显存上创建了张量：本题要求直接用公式算出字节数，"
+                                         "不要在函数里建模型或测量")
+        return {"cases": [[sizes[c[0]], c[1], c[2]] for c in cases], "answers": answers,
+                "truths": [t for _, t in truths] if truths else None}
+    return run
+
+
+def scenario_monitor(h):
+    """`measure_peak(fn, device)`: the peak (absolute `max_allocated`) while `fn()` runs. The truth
+    of each hidden function is measured by the harness right before the learner measures it."""
+    import random
+
+    torch, dev = h.torch, h.dev
+    model, optimizer = h.training_setup()
+    batch = h.tokens((int(h.job["batch"]), int(h.job["seq"])))
+    rng = random.Random(int(h.job.get("case_seed", 0)))
+    mib = 2 ** 20 // 4                                # float32 elements per MiB
+    kept: list = []
+
+    def train():
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def transient(a=rng.randint(8, 24) * mib, b=rng.randint(4, 12) * mib):
+        x = torch.ones(a, device=dev.torch_device)
+        y = torch.ones(b, device=dev.torch_device) * 2
+        return float(x[0] + y[0])                     # both freed on return
+
+    def keeps(a=rng.randint(6, 20) * mib, b=rng.randint(10, 30) * mib):
+        kept.append(torch.zeros(a, device=dev.torch_device))     # stays allocated after fn returns
+        return float(torch.ones(b, device=dev.torch_device).sum())
+
+    train()                                           # optimizer state exists: the steady state
+    cases = [("transient", transient), ("keeps_output", keeps), ("train_step", train)]
+    spike = (rng.randint(40, 60) * mib,)
+
+    def run(fn):
+        out = []
+        for name, f in cases:
+            h.reset_peak()
+            f()
+            truth = h.peak()
+            kept.clear()
+            torch.empty(spike, device=dev.torch_device)   # a stale, higher peak: measure_peak must reset it
+            calls = []
+            got = h.call(lambda: float(fn(lambda: calls.append(1) or f(), dev)))
+            kept.clear()
+            if len(calls) != 1:
+                h.violate("skipped_work", f"measure_peak 调用 fn() 的次数是 {len(calls)}，应当恰好一次")
+            out.append({"case": name, "truth": truth, "got": got})
+        return {"answers": out, "peak_bytes": max(c["truth"] for c in out)}
+    return run
+
+
+def scenario_load(h):
+    """`load_model(device)`: the peak while the model is created, and the model it returns."""
+    from vramlab.models import count_params
+
+    torch = h.torch
+    count_params(h.job["model"])      # import the model's code now (lazy imports touch os.environ)
+
+    def run(fn):
+        h.reset_peak()
+        model = h.call(lambda: fn(h.dev))
+        peak = h.peak()
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"load_model 应当返回模型（torch.nn.Module），实际返回了 {type(model).__name__}")
+        params = list(model.parameters())
+        storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                    for t in [*params, *model.buffers()]}
+        return {"peak_bytes": peak, "model_bytes": sum(storages.values()), "param_count": sum(p.numel() for p in params),
+                "dtypes": sorted({str(p.dtype) for p in params}), "on_device": all(h.tracked(p) for p in params),
+                "fingerprint": h.fingerprint(params)}
+    return run
+
+
+SCENARIOS = {"train_step": scenario_train_step, "train_epoch": scenario_train_epoch, "estimate": scenario_estimate,
+             "monitor": scenario_monitor, "load": scenario_load}
 
 
 def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on purpose
@@ -55,6 +227,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         key += chunk
     os.close(key_fd)
     result_path = job["result"]
+    extra = job.get("extra") or {}
     payload: dict = {"ok": False, "stage": "setup", "violations": [], "losses": [], "error": None}
 
     def finish(code: int = 0):
@@ -127,53 +300,87 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
             if callable(value):
                 protected.append((vcuda.CudaDevice, name))
 
-    # ---- 3. device, model, optimizer, data --------------------------------------------------------
+    # ---- 3. device and the exercise's scenario, set up by trusted code before any guard ---------
     if sim:
         from vramlab.sim.device import SimDevice as _Sim
-        dev = _Sim(timeline=False)
+        dev = _Sim(timeline=False, cublas_workspace=bool(extra.get("cublas_workspace", True)))
     else:
         from vramlab.cuda import CudaDevice as _Cuda
         dev = _Cuda()
     dev.__enter__()
-    preset = get_preset(job["model"])
-    cfg = make_config(job["model"], attention="sdpa", dropout=0.0)
-    for k, v in (job.get("config") or {}).items():
-        setattr(cfg, k, v)
-    cls_name = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-                "mixtral": "MixtralForCausalLM"}[preset.family]
-    torch.manual_seed(int(job["seed"]))
-    with torch.device(dev.torch_device):
-        model = getattr(transformers, cls_name)(cfg)
-    model.train()
-    params = [p for p in model.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=float(job["lr"]), foreach=True)
-    gen = torch.Generator().manual_seed(int(job["seed"]) + 1)
-    vocab = cfg.vocab_size
-    n_steps = int(job["steps"])
-    batches = [torch.randint(0, vocab, (int(job["batch"]), int(job["seq"])), generator=gen).to(dev.torch_device)
-               for _ in range(n_steps)]
-    n_param_elems = sum(p.numel() for p in params)
-    payload["param_count"] = n_param_elems
-    payload["static_bytes"] = sum(p.numel() * p.element_size() for p in params) * 4  # p, grad, exp_avg, exp_avg_sq
-    # parameter fingerprints before training: fixed random projections, computed off the meter
-    feats_k = int(job.get("features_k", 2))
+    h = types.SimpleNamespace(job=job, extra=extra, torch=torch, dev=dev, sim=sim, payload=payload, model=None,
+                              violate=violate, seconds=0.0)
+    _PRESET_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
+                       "mixtral": "MixtralForCausalLM"}
 
-    def fingerprint() -> list[float]:
+    def training_setup():
+        """The job's model (seeded) and AdamW, on the device; remembered for the guards."""
+        cfg = make_config(job["model"], attention="sdpa", dropout=0.0)
+        for k, v in (job.get("config") or {}).items():
+            setattr(cfg, k, v)
+        torch.manual_seed(int(job["seed"]))
+        with torch.device(dev.torch_device):
+            model = getattr(transformers, _PRESET_CLASSES[get_preset(job["model"]).family])(cfg)
+        model.train()
+        params = list(model.parameters())
+        h.model = model
+        payload["param_count"] = sum(p.numel() for p in params)
+        payload["static_bytes"] = sum(p.numel() * p.element_size() for p in params) * 4  # p, grad, 2 AdamW states
+        return model, torch.optim.AdamW(params, lr=float(job["lr"]), foreach=True)
+
+    def tokens(shape, on_host: bool = False):
+        """Seeded token ids: on the device, or in host memory (not device memory)."""
+        gen = torch.Generator().manual_seed(int(job["seed"]) + 1)
+        vocab = int((job.get("config") or {}).get("vocab_size") or get_preset(job["model"]).vocab)
+        with (dev.host() if on_host else contextlib.nullcontext()):
+            t = torch.randint(0, vocab, tuple(shape), generator=gen)
+        return t if on_host else t.to(dev.torch_device)
+
+    @contextlib.contextmanager
+    def quiet():
+        """The harness's own bookkeeping (fingerprints, digests): off the meter, outside the audit hook."""
+        armed, state["armed"] = state["armed"], False
+        if sim:
+            tracker.paused += 1
+        try:
+            yield
+        finally:
+            if sim:
+                tracker.paused -= 1
+            state["armed"] = armed
+
+    def fingerprint(params) -> list[float]:
+        """Fixed random projections of every parameter (float64, on the host)."""
         out = []
-        g = torch.Generator().manual_seed(int(job.get('probe_seed', 1234)))
-        with torch.no_grad():
+        g = torch.Generator().manual_seed(int(job.get("probe_seed", 1234)))
+        with quiet(), torch.no_grad():
             for p in params:
-                flat = p.detach().reshape(-1).double()
-                for _ in range(feats_k):
-                    r = torch.randn(flat.numel(), generator=g, dtype=torch.float64)
-                    out.append(float(flat @ r))
+                flat = p.detach().reshape(-1).double().cpu()
+                for _ in range(int(job.get("features_k", 2))):
+                    out.append(float(flat @ torch.randn(flat.numel(), generator=g, dtype=torch.float64)))
         return out
 
-    if sim:
-        with dev.untracked():
-            fp_before = fingerprint()
-    else:
-        fp_before = fingerprint()
+    def reset_peak():
+        if sim:
+            orig_reset(dev)
+        else:
+            torch.cuda.synchronize()
+            torch._C._cuda_resetPeakMemoryStats(dev.index)
+
+    def peak() -> int:
+        if sim:
+            return int(orig_max_allocated(dev))
+        torch.cuda.synchronize()
+        return int(torch._C._cuda_memoryStats(dev.index)["allocated_bytes.all.peak"])
+
+    tracker = dev.tracker if sim else None
+    orig_reset = SimDevice.reset_peak if sim else None
+    orig_max_allocated = SimDevice.max_allocated if sim else None
+    h.training_setup, h.tokens, h.quiet, h.fingerprint, h.reset_peak, h.peak = (
+        training_setup, tokens, quiet, fingerprint, reset_peak, peak)
+    h.tracked = (lambda t: t.untyped_storage()._cdata in tracker.live) if sim else (lambda t: t.is_cuda)
+    run_scenario = SCENARIOS[job.get("kind", "train_step")](h)
+    model = h.model
 
     # ---- 4. guards ---------------------------------------------------------------------------------
     def caller_module(depth: int = 2) -> str:
@@ -185,7 +392,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
 
     def counting(orig, category: str, detail: str, allowed_callers: tuple[str, ...] = ()):
         def guard(*args, **kwargs):
-            if state["learner"]:
+            if state["learner"] and category not in permitted:
                 who = caller_module(2)
                 if not who.startswith(allowed_callers or ("\0",)):
                     violate(category, detail)
@@ -194,6 +401,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         guard.__doc__ = getattr(orig, "__doc__", None)
         return guard
 
+    permitted = {"reset_peak"} if job.get("kind") == "monitor" else set()   # measure_peak resets the peak
     originals: dict[tuple[int, str], object] = {}
     for owner, name in protected:
         originals[(id(owner), name)] = vars(owner).get(name, getattr(owner, name, None))
@@ -204,9 +412,6 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
 
     counter_codes = set()
     if sim:
-        orig_reset = SimDevice.reset_peak
-        orig_max_allocated = SimDevice.max_allocated
-        tracker = dev.tracker
         emulation = dev.emulation
         # contextlib.contextmanager keeps the generator function as __wrapped__: its code is the
         # only code allowed to move the tracker's pause/host counters
@@ -342,7 +547,8 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
                 except Exception:
                     pass
 
-    block_types = tuple({type(m) for m in model.modules() if type(m).__name__.endswith(("Block", "Layer", "DecoderLayer"))})
+    block_types = tuple({type(m) for m in (model.modules() if model is not None else ())
+                         if type(m).__name__.endswith(("Block", "Layer", "DecoderLayer"))})
     counts = {"model": 0, "autocast": 0, "blocks": 0}
 
     def forward_hook(module, args, output):
@@ -355,6 +561,9 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
             counts["blocks"] += 1
         if state["learner"] and not modes_ok():
             violate("dispatch_escape", f"前向（{type(module).__name__}）运行时显存计量器不在模式栈里")
+        if (state["learner"] and isinstance(module, torch.nn.Embedding) and args and isinstance(args[0], torch.Tensor)
+                and args[0].numel() and not h.tracked(args[0])):
+            violate("untracked", "模型的输入不在显存里：先用 device.to_device() 把这个 batch 搬到设备上")
 
     fwd_handle = nn_hooks.register_module_forward_hook(forward_hook, always_call=True)
 
@@ -364,7 +573,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
             return
         if not modes_ok():
             violate("dispatch_escape", "optimizer.step() 运行时显存计量器不在模式栈里")
-        for p in params:
+        for p in (q for group in opt.param_groups for q in group["params"]):
             g = p.grad
             if g is not None and g.untyped_storage()._cdata not in tracker.live:
                 violate("untracked_grad", "有梯度张量没有被显存计量器记录（在计量之外创建）")
@@ -489,7 +698,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
             raise PermissionError("评分沙箱：不允许使用 ctypes")
         if event == "import":
             name = args[0] if args else ""
-            if isinstance(name, str) and name.startswith(("vramlab.exercises", "vramlab.grader", "vramlab.check")):
+            if isinstance(name, str) and name.startswith(("vramlab.exercises", "vramlab.grader", "vramlab.notebook_check")):
                 violate("forbidden_import", f"导入了评分器内部模块 {name}")
                 raise ImportError(f"评分沙箱：不允许导入 {name}")
             return
@@ -521,7 +730,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
     with open(job["source_file"], encoding="utf-8") as f:
         source = f.read()
     for name in list(sys.modules):
-        if name.startswith(("vramlab.exercises", "vramlab.check")):
+        if name.startswith(("vramlab.exercises", "vramlab.notebook_check")):
             del sys.modules[name]
     namespace = {"__name__": "submission", "__builtins__": __builtins__}
     state["armed"] = True
@@ -546,74 +755,55 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         finish()
     state["learner"] = False
 
-    payload["stage"] = "run"
-    warmup = int(job["warmup"])
-    losses: list[float] = []
-    times: list[float] = []
-    first_peak = None
+    if "MODEL_NAME" in extra:                # ch03: the preset of this scale, whatever the code says
+        namespace["MODEL_NAME"] = extra["MODEL_NAME"]
 
-    per_step: list[dict] = []
-
-    def run_one(i):
-        before = dict(counts)
-        fwd_before = state["forward_calls"]
-        opt_before = state.get("opt_steps", 0)
+    def call(thunk):
+        """Run learner code under the guards; afterwards the meter must still be intact."""
         state["learner"] = True
         t0 = time.perf_counter()
         try:
-            value = fn(model, optimizer, batches[i], dev)
-            if isinstance(value, torch.Tensor):
-                value = value.detach().item()
-            value = float(value)
+            return thunk()
         finally:
             state["learner"] = False
-        if sim:
-            pass
-        elif torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(value)
-        per_step.append({k: counts[k] - before[k] for k in counts})
-        if state["forward_calls"] == fwd_before:
-            violate("skipped_work", f"第 {i + 1} 步没有调用模型的前向")
-        if state.get("opt_steps", 0) == opt_before:
-            violate("skipped_work", f"第 {i + 1} 步没有调用 optimizer.step()")
-        if not modes_ok():
-            violate("dispatch_escape", "函数返回后显存计量器不在模式栈里")
-        bad = integrity()
-        if bad:
-            violate("tamper", "计量器或 torch 显存函数被替换：" + "、".join(bad[:5]))
+            if not sim and torch.cuda.is_available():
+                torch.cuda.synchronize()
+            h.seconds = time.perf_counter() - t0
+            if not modes_ok():
+                violate("dispatch_escape", "函数返回后显存计量器不在模式栈里")
+            bad = integrity()
+            if bad:
+                violate("tamper", "计量器或 torch 显存函数被替换：" + "、".join(bad[:5]))
 
+    def training_call(thunk, label: str, min_steps: int = 1):
+        """`call` for code that trains: it must run the model and step the optimizer."""
+        before, fwd, opt = dict(counts), state["forward_calls"], state.get("opt_steps", 0)
+        value = call(thunk)
+        h.calls.append({k: counts[k] - before[k] for k in counts})
+        if state["forward_calls"] == fwd:
+            violate("skipped_work", f"{label}没有调用模型的前向")
+        if state.get("opt_steps", 0) - opt < min_steps:
+            violate("skipped_work", f"{label}调用 optimizer.step() 的次数少于 {min_steps}")
+        return value
+
+    def training_result(before: list[float]) -> dict:
+        breakdown = dict(tracker.breakdown(tracker.peak_records)) if sim else {}
+        return {"breakdown": breakdown, "update": [a - b for a, b in zip(fingerprint(h.model.parameters()), before)],
+                "calls": h.calls, "n_blocks": len([m for m in h.model.modules() if block_types and isinstance(m, block_types)])}
+
+    h.call, h.training_call, h.training_result, h.calls = call, training_call, training_result, []
+    payload["stage"] = "run"
     try:
-        if sim:
-            orig_reset(dev)
-        else:
-            torch.cuda.synchronize()
-            torch._C._cuda_resetPeakMemoryStats(dev.index)
-        for i in range(warmup):
-            run_one(i)
-            if i == 0:
-                first_peak = orig_max_allocated(dev) if sim else torch.cuda.max_memory_allocated()
-        if sim:
-            orig_reset(dev)
-        else:
-            torch.cuda.synchronize()
-            torch._C._cuda_resetPeakMemoryStats(dev.index)
-        for i in range(warmup, n_steps):
-            run_one(i)
-        peak = orig_max_allocated(dev) if sim else int(torch._C._cuda_memoryStats(dev.index)
-                                                         ["allocated_bytes.all.peak"])
+        payload.update(run_scenario(fn))
     except SystemExit as e:
         state["learner"] = False
-        payload.update(error={"kind": "exit", "message": f"函数里调用了 sys.exit({e.code!r})"}, losses=losses)
-        payload["violations"] = violations
+        payload.update(error={"kind": "exit", "message": f"函数里调用了 sys.exit({e.code!r})"}, violations=violations)
         finish()
     except BaseException as e:  # noqa: BLE001
         state["learner"] = False
         oom = isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "memory" in str(e).lower()
         payload.update(error={"kind": "oom" if oom else "exception",
-                              "message": f"{type(e).__name__}: {str(e)[:800]}"}, losses=losses)
-        payload["violations"] = violations
+                              "message": f"{type(e).__name__}: {str(e)[:800]}"}, violations=violations)
         finish()
 
     payload["stage"] = "check"
@@ -624,29 +814,7 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         violate("tamper", "评分器的前向钩子被移除")
     if opt_handle.id not in optim_hooks._global_optimizer_pre_hooks:
         violate("tamper", "评分器的优化器钩子被移除")
-    breakdown = {}
-    if sim:
-        try:
-            breakdown = dict(tracker.breakdown(tracker.peak_records))
-        except Exception:
-            breakdown = {}
-        state["armed"] = False  # fingerprints use our own code only
-        tracker_paused = tracker.paused
-        object.__setattr__(tracker, "_paused_v", tracker_paused + 1)
-        try:
-            fp_after = fingerprint()
-        finally:
-            object.__setattr__(tracker, "_paused_v", tracker_paused)
-        state["armed"] = True
-    else:
-        fp_after = fingerprint()
-    payload.update(
-        ok=True, stage="done", peak_bytes=int(peak), first_step_peak_bytes=int(first_peak or 0),
-        losses=losses, step_seconds=min(times[warmup:] or times), breakdown=breakdown,
-        update=[a - b for a, b in zip(fp_after, fp_before)], violations=violations,
-        backend=backend, torch_version=torch.__version__, calls=per_step, n_blocks=len(
-            [m for m in model.modules() if block_types and isinstance(m, block_types)]),
-    )
+    payload.update(ok=True, stage="done", violations=violations, backend=backend, torch_version=torch.__version__)
     del threading
     finish()
 

@@ -9,11 +9,14 @@ def format_result(r: dict) -> str:
     status = "✅ 通过" if r.get("passed") else "❌ 未通过"
     lines.append(f"{status}  练习 {r['exercise']}  得分 {r['score']}/{r['max_score']}"
                  f"（{'模拟设备' if r.get('backend') == 'sim' else 'CUDA'}，规模 {r.get('scale')}）")
-    if r.get("peak_bytes") is not None:
-        lines.append(f"  你的稳态峰值显存   {fmt_bytes(r['peak_bytes'])}")
-    if r.get("baseline_peak_bytes") is not None:
+    if r.get("kind") in ("estimate", "monitor"):      # ratio = worst relative error over the cases
+        if r.get("ratio") is not None:
+            lines.append(f"  误差最大的用例     你的结果 {fmt_bytes(r['peak_bytes'])}，实测 {fmt_bytes(r['baseline_peak_bytes'])}")
+        lines.append(f"  最大相对误差       {'-' if r.get('ratio') is None else format(r['ratio'], '.2%')}"
+                     f"（允许 ≤ {r['target_ratio']:.0%}）")
+    elif r.get("ratio") is not None:
+        lines.append(f"  你的峰值显存       {fmt_bytes(r['peak_bytes'])}")
         lines.append(f"  起始代码峰值       {fmt_bytes(r['baseline_peak_bytes'])}")
-    if r.get("ratio") is not None:
         lines.append(f"  比值               {r['ratio']:.2f}（目标 ≤ {r['target_ratio']:.2f}）")
     else:
         lines.append(f"  目标比值           ≤ {r['target_ratio']:.2f}")

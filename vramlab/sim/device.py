@@ -98,6 +98,14 @@ class SimDevice:
         es.callback(nn_hooks.register_module_forward_hook(self._on_forward_post, always_call=True).remove)
         es.callback(optim_hooks.register_optimizer_step_pre_hook(self._on_step_pre).remove)
         es.callback(optim_hooks.register_optimizer_step_post_hook(self._on_step_post).remove)
+        original_resize = torch.UntypedStorage.resize_
+
+        def resize_(storage, size):         # not an aten op: the dispatch mode never sees it
+            out = original_resize(storage, size)
+            self.tracker.resized(storage)
+            return out
+        torch.UntypedStorage.resize_ = resize_
+        es.callback(setattr, torch.UntypedStorage, "resize_", original_resize)
         original_clear = torch.clear_autocast_cache
 
         def clear_autocast_cache():       # autocast's __exit__ calls this when the outermost exits

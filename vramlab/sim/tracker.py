@@ -73,7 +73,7 @@ class StorageTracker(TorchDispatchMode):
             return out
         inputs = None
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":   # meta tensors hold no memory
                 key = t.untyped_storage()._cdata
                 if key in self.live:
                     self.track(t, func)           # known storage (maybe resized)
@@ -140,6 +140,34 @@ class StorageTracker(TorchDispatchMode):
             self.allocator.free(rec.block)
         if self.keep_timeline:
             self.timeline.append((self.allocated, self.reserved(), f"free {rec.op}"))
+
+    def resized(self, st):
+        """A storage changed size in place (`untyped_storage().resize_(n)`, as FSDP2 does to free
+        and refill gathered parameters): charge its new size, keeping its record and label."""
+        rec = self.live.get(st._cdata)
+        if rec is None or st.nbytes() == rec.nbytes:
+            return
+        self.allocated -= rec.charged
+        if rec.block is not None:
+            self.allocator.free(rec.block)
+            rec.block = None
+        rec.nbytes, rec.charged = st.nbytes(), 0
+        if rec.nbytes:
+            if self.allocator is not None:
+                try:
+                    rec.block = self.allocator.malloc(rec.nbytes)
+                except SegmentOverflow as e:
+                    raise self.owner.out_of_memory(e.request)
+                rec.charged = rec.block.size
+            else:
+                rec.charged = round_block(rec.nbytes)
+        self.allocated += rec.charged
+        if self.keep_timeline:
+            self.timeline.append((self.allocated, self.reserved(), f"resize_ {rec.op}"))
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+            self.peak_records = list(self.live.values())
+            self.peak_where = f"resize_ {rec.op}"
 
     def label_tensor(self, t, label: str):
         if isinstance(t, torch.Tensor):

@@ -18,7 +18,8 @@ HEADER = "import torch\nimport torch.nn.functional as F\n"
 
 
 def _imports_for(func) -> list[str]:
-    """`import ...` lines for the modules and imported callables the function names globally."""
+    """`import ...` lines for the modules and imported callables the function names globally, and
+    assignments for the plain constants (numbers, strings) it reads from the notebook."""
     lines = []
     g = getattr(func, "__globals__", {})
     names = set(func.__code__.co_names)
@@ -32,10 +33,18 @@ def _imports_for(func) -> list[str]:
         if isinstance(v, types.ModuleType):
             lines.append(f"import {v.__name__} as {name}" if v.__name__ != name else f"import {name}")
         elif callable(v) and getattr(v, "__module__", None) and getattr(v, "__module__") not in ("__main__",) \
-                and getattr(v, "__name__", None) and not getattr(v, "__module__", "").startswith("vramlab"):
+                and getattr(v, "__name__", None) and not getattr(v, "__module__", "").startswith(("vramlab.exercises", "vramlab.grader", "vramlab.notebook_check")):
             mod, qual = v.__module__, v.__name__
             lines.append(f"from {mod} import {qual} as {name}" if qual != name else f"from {mod} import {name}")
+        elif _is_literal(v):                       # notebook constants such as SEED = 0
+            lines.append(f"{name} = {v!r}")
     return lines
+
+
+def _is_literal(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return all(_is_literal(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
 
 
 def function_source(func, function_name: str) -> str:
@@ -72,16 +81,3 @@ def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", 
 
 
 __all__ = ["check", "function_source"]
-
-
-class _CallableModule(types.ModuleType):
-    """Importing `vramlab.check` binds the submodule as the package attribute `vramlab.check`,
-    which would shadow the function; making the module callable keeps `vramlab.check(...)` working."""
-
-    def __call__(self, *args, **kwargs):
-        return check(*args, **kwargs)
-
-
-import sys as _sys  # noqa: E402
-
-_sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,40 @@
+"""MkDocs hook: chapter pages show each graded exercise from its spec, not from a copy.
+
+A chapter writes `<!-- vramlab:exercise ch07-checkpoint -->` where the exercise card belongs; the
+card (title, function, pass criteria, where the notebook is, how to check it) is generated from
+`vramlab.exercises` — the same spec the notebook, the reference solution and the grader use.
+An unknown id fails the build.
+"""
+from __future__ import annotations
+
+import re
+
+from mkdocs.exceptions import PluginError
+
+_MARKER = re.compile(r"<!--\s*vramlab:exercise\s+([\w-]+)\s*-->")
+
+
+def exercise_card(exercise_id: str) -> str:
+    from vramlab.exercises import get_exercise, notebook_path
+    from vramlab.exercises.spec import criteria_zh
+
+    try:
+        spec = get_exercise(exercise_id)
+    except KeyError as e:
+        raise PluginError(str(e)) from None
+    body = [
+        f"要写的函数：`{spec.signature.rstrip(':')}`",
+        "",
+        "通过标准（评分器检查的就是这些）：",
+        "",
+        *criteria_zh(spec),
+        "",
+        f"练习 notebook：`{notebook_path(spec.id)}`（`make lab` 打开）；在 notebook 里运行 "
+        f"`vramlab.check(\"{spec.id}\")`，或在终端里 `vramlab grade {spec.id} {notebook_path(spec.id)}`。",
+    ]
+    indented = "\n".join(("    " + line) if line else "" for line in body)
+    return f'!!! abstract "评分练习 `{spec.id}`：{spec.title}（{spec.points} 分）"\n\n{indented}\n'
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    return _MARKER.sub(lambda m: exercise_card(m.group(1)), markdown)

@@ -1,0 +1,94 @@
+"""第 4 章 数据留在主机内存（ch04-dataloading）.
+
+Kind "train_epoch": the harness creates the dataset as a HOST tensor (under `dev.host()` on the
+sim, a CPU tensor on a GPU), resets the peak and calls `train_epoch` once; the peak covers the
+whole epoch (the first step's optimizer state included, for both codes). Judged like train_step:
+peak ratio against the starter, the same per-batch losses, the same parameter update. A model fed
+an input that is not on the device (e.g. a host slice passed straight in) is refused ("tamper").
+
+Why a toy model at ci scale: token ids are 8 bytes each, while a training step keeps hundreds of
+bytes of activations per token, so a dataset as large as the training peak takes ~100x more steps
+than fit in a CPU test. A 4-wide, 1-layer GPT-2 with an 8-token vocabulary keeps ~600 B/token and
+the simulated cuBLAS workspaces (64 MiB, independent of everything) are off, so 48 steps suffice.
+"""
+from .spec import ExerciseSpec, Scale
+
+STARTER = '''\
+import torch
+
+
+def train_epoch(model, optimizer, tokens, device, batch_size):
+    """先把整个数据集搬到显存，再逐个 batch 训练。结果正确，但数据集一直占着显存。"""
+    tokens = device.to_device(tokens)
+    losses = []
+    for i in range(0, tokens.shape[0], batch_size):
+        batch = tokens[i:i + batch_size]
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+'''
+
+SOLUTION = '''\
+import torch
+
+
+def train_epoch(model, optimizer, tokens, device, batch_size):
+    """数据集留在主机内存，每次只把当前这个 batch 搬到显存；用完它就被释放。"""
+    losses = []
+    for i in range(0, tokens.shape[0], batch_size):
+        batch = device.to_device(tokens[i:i + batch_size])
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+'''
+
+CI_CONFIG = {"n_layer": 1, "n_embd": 4, "n_head": 1, "vocab_size": 8, "n_positions": 64}
+GPU_CONFIG = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 256, "n_positions": 128}
+
+TARGET_NOTE = ("Measured on the sim at ci scale (CI_CONFIG, 24,576 x 16 tokens = 3.0 MiB of int64 on the host, "
+               "batch_size 512, 48 steps, cuBLAS workspaces off): see `vramlab grade-bench --starters` "
+               "(starter/solution peaks recorded in the report of this change). Target 0.80x. The gpu scale "
+               "(GPU_CONFIG, 262,144 x 64 tokens = 128 MiB, batch 256, 1,024 steps) is sized by estimate, "
+               "not measured on a GPU.")
+
+SPEC = ExerciseSpec(
+    id="ch04-dataloading",
+    chapter=4,
+    title="数据留在主机内存：每次只搬一个 batch",
+    task=(
+        "写 `train_epoch(model, optimizer, tokens, device, batch_size)`：把数据集 `tokens`"
+        "（形状 `[N, T]` 的 token id，标签就是它本身）按顺序切成每份 `batch_size` 行，"
+        "每个 batch 做一次前向、反向和 `optimizer.step()`，返回每个 batch 的损失组成的列表（Python `float`）。\n\n"
+        "`tokens` 在**主机内存**（CPU 内存）里，不占显存。起始代码一开始就用 `device.to_device(tokens)` "
+        "把整个数据集搬进显存，整个 epoch 都占着。请改成每次只把当前 batch 搬到设备上："
+        "`device.to_device(tokens[i:i + batch_size])`。\n\n"
+        "`device.to_device` 在模拟设备和真 GPU 上都可以用（GPU 上就是 `.to(\"cuda\")`）。"
+        "模型的输入必须在设备上：直接把主机上的切片喂给模型，在 GPU 上会报错，评分器也不接受。\n\n"
+        "要求：损失列表与参数更新与起始代码一致，整个 epoch 的峰值显存不超过起始代码的目标比例。"
+    ),
+    function="train_epoch",
+    signature="def train_epoch(model, optimizer, tokens, device, batch_size):",
+    starter=STARTER,
+    solution=SOLUTION,
+    ci=Scale(model="tiny", batch=512, seq=16, steps=1, warmup=0,
+             extra={"config": CI_CONFIG, "n_samples": 24576, "cublas_workspace": False}),
+    gpu=Scale(model="tiny", batch=256, seq=64, steps=1, warmup=0,
+              extra={"config": GPU_CONFIG, "n_samples": 262144}),
+    target_ratio=0.80,
+    rtol=1e-4,
+    atol=1e-5,
+    update_rtol=1e-3,
+    kind="train_epoch",
+    points=10,
+    hints=(
+        "不要在循环之前把整个 tokens 搬到设备上；在循环里对每个切片调用 device.to_device。",
+        "切片 `tokens[i:i + batch_size]` 本身不占显存（它和 tokens 共用主机内存），搬到设备上的那一份才占。",
+        "损失用 `loss.item()` 转成 float 再放进列表，不要保留带计算图的张量。",
+    ),
+)

@@ -105,31 +105,39 @@ class StorageTracker(TorchDispatchMode):
             return None
         op = getattr(func, "__name__", str(func)) if func is not None else "register"
         where = self.owner.current_location()
-        block = None
-        if self.allocator is not None:
-            try:
-                block = self.allocator.malloc(nbytes)
-            except SegmentOverflow as e:
-                raise self.owner.out_of_memory(e.request)
-            charged = block.size
-        else:
-            charged = round_block(nbytes)
-            if self.capacity is not None and self.allocated + charged > self.capacity:
-                raise self.owner.out_of_memory(charged)
+        block, charged = self._charge(nbytes)
         rec = Record(nbytes, charged, op, where, self.owner.phase(), block)
         rec.label = label
         rec.ref = weakref.ref(st, lambda _r, key=key: self._release(key))
         self.live[key] = rec
         self.allocated += charged
+        self._booked(f"{op} @ {where}")
+        return rec
+
+    def _charge(self, nbytes: int):
+        """Place `nbytes` on the device: (allocator block or None, bytes charged). Raises the
+        CUDA-like OutOfMemoryError when it does not fit the card."""
+        if self.allocator is not None:
+            try:
+                block = self.allocator.malloc(nbytes)
+            except SegmentOverflow as e:
+                raise self.owner.out_of_memory(e.request)
+            return block, block.size
+        charged = round_block(nbytes)
+        if self.capacity is not None and self.allocated + charged > self.capacity:
+            raise self.owner.out_of_memory(charged)
+        return None, charged
+
+    def _booked(self, label: str):
+        """After `allocated` changed: reserved peak, timeline point, peak snapshot."""
         if self.allocator is not None and self.allocator.reserved > self.peak_reserved:
             self.peak_reserved = self.allocator.reserved
         if self.keep_timeline:
-            self.timeline.append((self.allocated, self.reserved(), f"{op} @ {where}"))
+            self.timeline.append((self.allocated, self.reserved(), label))
         if self.allocated > self.peak:
             self.peak = self.allocated
             self.peak_records = list(self.live.values())
-            self.peak_where = f"{op} @ {where}"
-        return rec
+            self.peak_where = label
 
     def _release(self, key: int):
         rec = self.live.pop(key, None)
@@ -153,21 +161,9 @@ class StorageTracker(TorchDispatchMode):
             rec.block = None
         rec.nbytes, rec.charged = st.nbytes(), 0
         if rec.nbytes:
-            if self.allocator is not None:
-                try:
-                    rec.block = self.allocator.malloc(rec.nbytes)
-                except SegmentOverflow as e:
-                    raise self.owner.out_of_memory(e.request)
-                rec.charged = rec.block.size
-            else:
-                rec.charged = round_block(rec.nbytes)
+            rec.block, rec.charged = self._charge(rec.nbytes)
         self.allocated += rec.charged
-        if self.keep_timeline:
-            self.timeline.append((self.allocated, self.reserved(), f"resize_ {rec.op}"))
-        if self.allocated > self.peak:
-            self.peak = self.allocated
-            self.peak_records = list(self.live.values())
-            self.peak_where = f"resize_ {rec.op}"
+        self._booked(f"resize_ {rec.op}")
 
     def label_tensor(self, t, label: str):
         if isinstance(t, torch.Tensor):

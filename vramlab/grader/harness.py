@@ -461,7 +461,8 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
             host = property(lambda self: self.__dict__.get("_host_v", 0),
                             lambda self, v: self._counter_set("host", v))
 
-        field_codes = {StorageTracker.track.__code__, StorageTracker._release.__code__}
+        # the tracker's own methods (captured before any learner code runs) may move its fields
+        field_codes = {f.__code__ for f in vars(StorageTracker).values() if isinstance(f, types.FunctionType)}
         field_codes.add(orig_tracker_reset_code)
         tracker.__dict__["_peak_v"] = tracker.__dict__.pop("peak")
         tracker.__dict__["_allocated_v"] = tracker.__dict__.pop("allocated")

@@ -83,10 +83,10 @@ def stale(source: Path) -> str | None:
 
     out = output_for(source)
     if not out.exists():
-        return f"{out.relative_to(ROOT)} 不存在：请运行 vramlab tutorials run"
+        return f"{out.name} 不存在：请运行 vramlab tutorials run"
     meta = nbformat.read(out, as_version=4).metadata.get("vramlab", {})
     if meta.get("source_sha256") != sha256_text(source.read_text(encoding="utf-8")):
-        return f"{source.relative_to(ROOT)} 改过了，输出已过期"
+        return f"{source.name} 改过了，输出已过期"
     if meta.get("package_sha256") != package_sha256():
         return "vramlab 包的代码改过了，输出已过期"
     return None

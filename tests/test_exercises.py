@@ -17,13 +17,18 @@ TRAINING_IDS = [i for i in IDS if EXERCISES[i].kind in ("train_step", "train_epo
 
 def test_registry_shape():
     assert IDS == ["ch01-estimate", "ch02-monitor", "ch03-loading", "ch04-dataloading", "ch05-accumulation",
-                   "ch06-mixed-precision", "ch07-checkpoint"]
-    functions = {"train_step": "train_step", "train_epoch": "train_epoch", "estimate": "estimate_static_bytes",
-                 "monitor": "measure_peak", "load": "load_model"}
+                   "ch06-mixed-precision", "ch07-checkpoint", "ch08-allreduce", "ch09-tensor-parallel", "ch10-zero",
+                   "ch11-fragmentation", "ch12-eval-loop", "ch13-max-batch", "ch14-attention",
+                   "ch15-embedding-offload", "ch16-gqa", "ch17-moe", "ch18-rmsnorm", "ch19-offload"]
+    functions = {"train_step": {"train_step"}, "train_epoch": {"train_epoch"}, "estimate": {"estimate_static_bytes"},
+                 "monitor": {"measure_peak"}, "load": {"load_model"}, "max_batch": {"find_max_batch"},
+                 "call": {"tp_mlp", "process", "evaluate", "attention", "embed", "moe_forward", "rms_norm"}}
+    assert sorted({s.chapter for s in EXERCISES.values()}) == list(range(1, 20))      # one per chapter, 1-19
     for item in list_exercises():
         assert item["notebook"] == f"exercises/{item['id']}/{item['id']}.ipynb"
         assert item["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"
-        assert 0 < item["target_ratio"] < 1 and item["points"] > 0 and item["function"] == functions[item["kind"]]
+        assert item["points"] > 0 and item["function"] in functions[item["kind"]]
+        assert 0 < item["target_ratio"] < 1 or (item["kind"] == "max_batch" and item["target_ratio"] == 1.0)
     with pytest.raises(KeyError, match="未知练习"):
         get_exercise("ch99-nope")
 
@@ -34,8 +39,8 @@ def test_solution_passes_and_starter_fails(exercise_id):
     good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
     assert good["passed"], good["reason"]
     assert good["score"] == spec.points and good["correct"] is True
-    assert good["ratio"] <= spec.target_ratio - 0.05          # margin below the target
-    assert good["peak_bytes"] > 0 and good["seconds"] < 60
+    assert good["ratio"] <= spec.target_ratio - min(0.05, (1 - spec.target_ratio) / 2)   # margin below the target
+    assert good["peak_bytes"] > 0
     bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
     assert not bad["passed"] and bad["score"] == 0
     assert bad["correct"] is True                              # the starter is right, just too big

@@ -25,6 +25,11 @@ from vramlab.exercises import EXERCISES, get_exercise
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "class"
 IDS = list(EXERCISES)
+# nbgrader's plumbing is the same for every exercise: `nbgrader validate` runs one exercise per way the
+# hidden test reads the result (ratio = peak ratio, worst error, model multiple, trials; one run on 2
+# gloo ranks); every exercise's own pass/fail is graded in tests/test_exercises*.py
+VALIDATE_IDS = ["ch01-estimate", "ch02-monitor", "ch03-loading", "ch05-accumulation", "ch08-allreduce",
+                "ch13-max-batch"]
 PILOT = os.environ.get("VRAMLAB_PILOT_EXERCISE", "ch05-accumulation")
 
 
@@ -137,14 +142,14 @@ def test_nbgrader_config_loads_and_points_at_the_course(course):
 # validate: the solution passes, the released starter fails every graded cell
 # ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("eid", IDS)
+@pytest.mark.parametrize("eid", VALIDATE_IDS)
 def test_validate_solution_passes(course, eid):
     r = nbgrader(course, "validate", f"solutions/{eid}/{eid}.ipynb")
     assert "Success! Your notebook passes all the tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("eid", IDS)
+@pytest.mark.parametrize("eid", VALIDATE_IDS)
 def test_validate_released_starter_fails_every_graded_cell(course, eid):
     r = nbgrader(course, "validate", "--invert", f"exercises/{eid}/{eid}.ipynb")
     assert "Success! The notebook does not pass any tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]

@@ -71,15 +71,21 @@ def __getattr__(name):         # nbgrader is imported only by the nbgrader proce
 # --------------------------------------------------------------------------------------------------
 # Building the source notebook from a spec
 # --------------------------------------------------------------------------------------------------
-def _scale_zh(scale) -> str:
-    text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
+def _scale_zh(scale, kind: str = "train_step") -> str:
+    if kind == "max_batch":
+        text = f"模型 `{scale.model}`，序列长度 {scale.seq}"
+    elif kind == "call":
+        text = f"batch {scale.batch}，序列长度 {scale.seq}"
+    else:
+        text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
     shown = {k: v for k, v in scale.extra.items() if k not in _GRADER_ONLY}
     if shown:
         text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(shown.items()))
     return text
 
 
-_GRADER_ONLY = {"cases", "visible"}      # hidden test cases stay out of the learner's notebook
+# hidden test cases and the harness's plumbing stay out of the learner's notebook
+_GRADER_ONLY = {"cases", "visible", "case", "lengths", "allow_host", "cublas_workspace", "max_batch_allowed"}
 
 
 def _params(signature: str) -> list[str]:
@@ -98,6 +104,13 @@ def _how_graded(spec) -> list[str]:
             f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里运行你的函数，"
             "把结果与评分器在模拟设备上的实测值逐个比较。",
             "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
+        ]
+    if spec.kind == "max_batch":
+        return [
+            "1. 从上到下运行所有单元格。起始代码能找到正确答案，但试探次数太多：直接修改下面的函数。",
+            f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里建好模型、"
+            "把设备缩成一块虚拟显卡，再运行你的函数，并亲自复查答案。",
+            "3. 虚拟显卡的大小在同一次评分里、同一后端上确定，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
         ]
     return [
         "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
@@ -129,8 +142,8 @@ def intro_markdown(spec) -> str:
         "## 怎么评分",
         "",
         *_how_graded(spec),
-        f"   - 默认（模拟设备，CI 规模，没有 GPU 也能评）：{_scale_zh(spec.ci)}；",
-        f"   - 在真卡上（`--backend cuda --scale gpu`）：{_scale_zh(spec.gpu)}。",
+        f"   - 默认（模拟设备，CI 规模，没有 GPU 也能评）：{_scale_zh(spec.ci, spec.kind)}；",
+        f"   - 在真卡上（`--backend cuda --scale gpu`）：{_scale_zh(spec.gpu, spec.kind)}。",
         "4. 也可以在终端里评分（先保存 notebook）：`vramlab grade " + spec.id
         + f" exercises/{spec.id}/{spec.id}.ipynb`。",
         "5. 提交后，教师用 nbgrader 自动评分：除了你看到的检查，还有隐藏测试"
@@ -154,9 +167,14 @@ def setup_source(spec) -> str:
     ])
 
 
+_STARTER_PROBLEM = {"max_batch": "答案正确，但试探次数太多", "estimate": "能运行，但算出的字节数不对",
+                    "monitor": "能运行，但量出的峰值不对"}
+
+
 def answer_source(spec) -> str:
     return "\n".join([
-        f"# 起始代码：结果正确，但峰值显存超过目标。修改 `{spec.function}`，保持函数名和参数不变。",
+        f"# 起始代码：{_STARTER_PROBLEM.get(spec.kind, '结果正确，但峰值显存超过目标')}。"
+        f"修改 `{spec.function}`，保持函数名和参数不变。",
         spec.starter.strip(),
         "",
         "### BEGIN SOLUTION",

@@ -1,4 +1,4 @@
-"""第 4 章 数据留在主机内存（ch04-dataloading）.
+"""第 4 章 数据留在主存（ch04-dataloading）.
 
 Kind "train_epoch": the harness creates the dataset as a HOST tensor (under `dev.host()` on the
 sim, a CPU tensor on a GPU), resets the peak and calls `train_epoch` once; the peak covers the
@@ -36,7 +36,7 @@ import torch
 
 
 def train_epoch(model, optimizer, tokens, device, batch_size):
-    """数据集留在主机内存，每次只把当前这个 batch 搬到显存；用完它就被释放。"""
+    """数据集留在主存，每次只把当前这个 batch 搬到显存；用完它就被释放。"""
     losses = []
     for i in range(0, tokens.shape[0], batch_size):
         batch = device.to_device(tokens[i:i + batch_size])
@@ -60,12 +60,12 @@ TARGET_NOTE = ("Measured on the sim at ci scale (CI_CONFIG, 24,576 x 16 tokens =
 SPEC = ExerciseSpec(
     id="ch04-dataloading",
     chapter=4,
-    title="数据留在主机内存：每次只搬一个 batch",
+    title="数据留在主存：每次只搬一个 batch",
     task=(
         "写 `train_epoch(model, optimizer, tokens, device, batch_size)`：把数据集 `tokens`"
         "（形状 `[N, T]` 的 token id，标签就是它本身）按顺序切成每份 `batch_size` 行，"
         "每个 batch 做一次前向、反向和 `optimizer.step()`，返回每个 batch 的损失组成的列表（Python `float`）。\n\n"
-        "`tokens` 在**主机内存**（CPU 内存）里，不占显存。起始代码一开始就用 `device.to_device(tokens)` "
+        "`tokens` 在**主存**（CPU 内存）里，不占显存。起始代码一开始就用 `device.to_device(tokens)` "
         "把整个数据集搬进显存，整个 epoch 都占着。请改成每次只把当前 batch 搬到设备上："
         "`device.to_device(tokens[i:i + batch_size])`。\n\n"
         "`device.to_device` 在模拟设备和真 GPU 上都可以用（GPU 上就是 `.to(\"cuda\")`）。"
@@ -88,7 +88,7 @@ SPEC = ExerciseSpec(
     points=10,
     hints=(
         "不要在循环之前把整个 tokens 搬到设备上；在循环里对每个切片调用 device.to_device。",
-        "切片 `tokens[i:i + batch_size]` 本身不占显存（它和 tokens 共用主机内存），搬到设备上的那一份才占。",
+        "切片 `tokens[i:i + batch_size]` 本身不占显存（它和 tokens 共用主存），搬到设备上的那一份才占。",
         "损失用 `loss.item()` 转成 float 再放进列表，不要保留带计算图的张量。",
     ),
 )

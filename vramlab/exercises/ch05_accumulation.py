@@ -2,20 +2,9 @@
 
 How the target was chosen: see TARGET_NOTE below (measured with `vramlab grade-bench --starters`).
 """
-from .spec import ExerciseSpec, Scale
+from .spec import ExerciseSpec, Scale, plain_train_step
 
-STARTER = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """一次优化器更新：整个 batch 一起前向、反向。结果正确，但激活值随 batch 线性增长。"""
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
+STARTER = plain_train_step('一次优化器更新：整个 batch 一起前向、反向。结果正确，但激活值随 batch 线性增长。')
 
 SOLUTION = '''\
 import torch

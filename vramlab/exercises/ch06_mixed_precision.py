@@ -1,18 +1,7 @@
 """第 6 章 混合精度（ch06-mixed-precision)."""
-from .spec import ExerciseSpec, Scale
+from .spec import ExerciseSpec, Scale, plain_train_step
 
-STARTER = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """全 fp32 训练一步：正确，但每个矩阵乘法的输出（激活值）都是 4 字节一个数。"""
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
+STARTER = plain_train_step('全 fp32 训练一步：正确，但每个矩阵乘法的输出（激活值）都是 4 字节一个数。')
 
 SOLUTION = '''\
 import torch

@@ -1,18 +1,7 @@
 """第 7 章 激活检查点（ch07-checkpoint）."""
-from .spec import ExerciseSpec, Scale
+from .spec import ExerciseSpec, Scale, plain_train_step
 
-STARTER = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """普通训练一步：每个 Transformer block 的中间激活值都保存到反向，层数越多占得越多。"""
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
+STARTER = plain_train_step('普通训练一步：每个 Transformer block 的中间激活值都保存到反向，层数越多占得越多。')
 
 SOLUTION = '''\
 import torch

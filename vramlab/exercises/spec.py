@@ -51,6 +51,28 @@ class ExerciseSpec:
     #               own peak; ratio = worst relative error
     # "load"        load_model(device): bf16 model equal to the starter's; peak <= target_ratio x the
     #               starter's and <= extra["max_model_multiple"] x the model's own bytes
+    # "call"        one call on prepared inputs (extra["case"], vramlab.grader.scenarios.CALL_CASES): the same
+    #               outputs as the starter (rtol) and `metric` <= target_ratio x the starter's
+    # "max_batch"   find_max_batch(try_step, device) on a virtual card: the answer fits and answer + 1 does
+    #               not; at most core.max_trials(answer) trials (ratio = trials / allowed, target 1.0)
+    # extra["world_size"] > 1 runs that many ranks over gloo (train_step and call); the worst rank's peak counts
+
+
+def plain_train_step(doc: str) -> str:
+    """The plain training step (forward, backward, step, zero_grad): the starter of every exercise
+    whose lesson is "same step, less memory"; `doc` says what is wrong with it in that chapter."""
+    lines = "\n    ".join(doc.strip().splitlines())
+    return f'''import torch
+
+
+def train_step(model, optimizer, batch, device):
+    """{lines}"""
+    loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+'''
 
 
 def criteria_zh(spec: ExerciseSpec) -> list[str]:
@@ -63,15 +85,29 @@ def criteria_zh(spec: ExerciseSpec) -> list[str]:
     if spec.kind == "monitor":
         return [f"- **量得准**：每个隐藏函数，你返回的峰值与评分器测得的峰值相差不超过 **{pct}**；",
                 "- `fn` 恰好调用一次。"]
+    if spec.kind == "max_batch":
+        return ["- **答案对**：返回的 batch 能放下，再加 1 就放不下（评分器在你返回后亲自复查）；",
+                "- **试得少**：调用 `try_step` 的次数不超过 2·⌈log₂(答案 + 1)⌉ + 2 次（先翻倍、再二分）；",
+                "- 放不下时 `try_step` 抛出 `torch.OutOfMemoryError`：接住它，进程要一直可用。"]
     lines = []
+    ranks = spec.ci.extra.get("world_size", 1)
+    if ranks > 1:
+        lines.append(f"- **多进程**：评分器启动 {ranks} 个 rank（gloo），每个 rank 分别检查，峰值取各 rank 中最大的；")
     if spec.kind == "load":
         multiple = spec.ci.extra.get("max_model_multiple")
         lines.append("- **正确**：返回模型的参数与起始代码的结果相同，全部是 bf16、在设备上；")
         if multiple:
             lines.append(f"- **不多占**：加载期间的峰值 ≤ 最终模型大小的 **{multiple:g} 倍**；")
+    elif spec.kind == "call":
+        lines.append(f"- **正确**：返回的结果与起始代码一致（相对误差 ≤ {spec.rtol:g}）；")
     else:
         lines.append(f"- **正确**：损失与更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；")
-    lines.append(f"- **省显存**：峰值显存 ≤ 起始代码峰值的 **{pct}**（同一次运行、同一后端上测得）。")
+    if spec.metric == "reserved_gap":
+        lines.append(f"- **少碎片**：已保留峰值 − 已分配峰值（`max_memory_reserved − max_memory_allocated`）≤ 起始代码的 "
+                     f"**{pct}**，且已保留峰值不高于起始代码（同一次运行、同一后端上测得）；")
+        lines.append("- 不许调用 `empty_cache()`。")
+    else:
+        lines.append(f"- **省显存**：峰值显存 ≤ 起始代码峰值的 **{pct}**（同一次运行、同一后端上测得）。")
     if spec.max_time_ratio is not None:
         lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
     if spec.absolute_budget:

@@ -18,6 +18,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -47,6 +48,7 @@ CATEGORY_ZH = {
     "incorrect": "结果与起始代码不一致",
     "technique": "没有使用本题要求的方法",
     "slow": "单步耗时超出允许范围",
+    "too_many_trials": "试探次数太多",
     "timeout": "运行超时",
     "crashed": "进程异常退出",
     "exit": "代码调用了退出",
@@ -57,7 +59,7 @@ CATEGORY_ZH = {
     "invalid_submission": "提交的文件无法评分",
 }
 _VIOLATION_CATEGORY = {
-    "reset_peak": "tamper", "empty_cache": "tamper", "untracked": "tamper", "tracker_paused": "tamper",
+    "reset_peak": "tamper", "empty_cache": "tamper", "untracked": "tamper", "host": "tamper", "tracker_paused": "tamper",
     "dispatch_escape": "tamper", "untracked_grad": "tamper", "tamper": "tamper",
     "skipped_work": "incorrect",
 }
@@ -218,7 +220,8 @@ def _count_tasks() -> int:
 _NPROC = 0
 
 
-def run_child(job: dict, source: str, timeout_s: float, memory_limit: int, keep_dir: bool = False) -> ChildRun:
+def run_child(job: dict, source: str, timeout_s: float, memory_limit: int, keep_dir: bool = False,
+              stop: threading.Event | None = None) -> ChildRun:
     global _NPROC
     _NPROC = _count_tasks() + 128
     outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
@@ -258,9 +261,17 @@ def run_child(job: dict, source: str, timeout_s: float, memory_limit: int, keep_
         stdout.close()
         stderr.close()
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        deadline = time.monotonic() + timeout_s
+        while True:        # poll, so that a sibling rank that failed can stop this one early
+            try:
+                proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if stop is not None and stop.is_set():
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)       # the whole group: children it may have made
@@ -306,7 +317,67 @@ def _job(spec, scale_name: str, backend: str) -> dict:
         "kind": spec.kind, "extra": {k: v for k, v in scale.extra.items() if k != "config"},
         # hidden cases that change with every grading (ch02): a number copied from feedback is useless
         "case_seed": secrets.randbelow(2 ** 31) if spec.kind == "monitor" else 0,
+        "world_size": int(scale.extra.get("world_size", 1)),
     }
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(job: dict, source: str, timeout_s: float, memory_limit: int) -> list[ChildRun]:
+    """One child per rank (world_size > 1): they meet over gloo on a local port. When one rank
+    ends without a good result the others are stopped instead of waiting for a collective."""
+    world = int(job.get("world_size", 1))
+    if world == 1:
+        return [run_child(job, source, timeout_s, memory_limit)]
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    stop = threading.Event()
+    runs: list[ChildRun | None] = [None] * world
+
+    def go(rank: int):
+        r = run_child(dict(job, rank=rank, init_method=init, dist_timeout=timeout_s), source, timeout_s,
+                      memory_limit, stop=stop)
+        runs[rank] = r
+        if r.payload is None or not r.payload.get("ok") or r.payload.get("violations"):
+            stop.set()
+    threads = [threading.Thread(target=go, args=(rank,)) for rank in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return runs
+
+
+def merge_ranks(runs: list[ChildRun]) -> ChildRun:
+    """The ranks as one result: the first failure if any rank failed; otherwise rank 0's payload
+    with the worst peak of all ranks, and per-rank losses, updates and outputs side by side (so
+    every rank is compared with the same rank of the trusted run)."""
+    if len(runs) == 1:
+        return runs[0]
+    failed = [(r.seconds, rank, r) for rank, r in enumerate(runs)
+              if r.timed_out or r.forged or r.payload is None or not r.payload.get("ok") or r.payload.get("violations")]
+    if failed:     # the rank that failed first is the cause; the others saw its connection close
+        _, rank, r = min(failed, key=lambda f: (f[0], f[1]))
+        p = r.payload
+        if p is not None and p.get("error"):
+            p = dict(p, error=dict(p["error"], message=f"rank {rank}：{p['error'].get('message', '')}"))
+        return ChildRun(p, r.returncode, r.timed_out, r.seconds, r.stderr_tail, r.forged)
+    payloads = [r.payload for r in runs]
+    merged = dict(payloads[0])
+    peaks = [int(p.get("peak_bytes") or 0) for p in payloads]
+    merged["peak_bytes"] = max(peaks)
+    merged["rank_peak_bytes"] = peaks
+    for key in ("metric_bytes", "reserved_peak_bytes"):
+        if key in merged:
+            merged[key] = max(int(p[key]) for p in payloads)
+    for key in ("losses", "update", "outputs"):
+        if key in merged:
+            merged[key] = [x for p in payloads for x in p[key]]
+    return ChildRun(merged, runs[0].returncode, False, max(r.seconds for r in runs),
+                    runs[0].stderr_tail, False)
 
 
 def _rel(a: list[float], b: list[float]) -> float:
@@ -367,7 +438,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     runs: dict[str, ChildRun] = {}
 
     def go(name, src, t):
-        runs[name] = run_child(dict(job, reference=name == "baseline"), src, t, memory)
+        runs[name] = merge_ranks(run_ranks(dict(job, reference=name == "baseline"), src, t, memory))
 
     base_timeout = max(timeout, DEFAULT_TIMEOUT[scale])
     cache_key = (spec.id, scale, backend, hashlib.sha256((spec.starter + json.dumps(job)).encode()).hexdigest())
@@ -421,15 +492,19 @@ def _child_failed(result: dict, sub: ChildRun, timeout: float) -> dict | None:
         return _fail(result, cat, details)
     if err:
         kind = err.get("kind")
-        cat = {"exit": "exit", "oom": "oom", "missing_function": "invalid_submission"}.get(kind, "exception")
-        return _fail(result, cat, err.get("message", ""))
+        cat = {"exit": "exit", "oom": "oom", "missing_function": "invalid_submission",
+               "incorrect": "incorrect"}.get(kind, "exception")
+        message = err.get("message", "")
+        if cat == "incorrect":      # the harness's own words, not an exception's repr
+            message = message.split(": ", 1)[-1] if message.startswith("WrongAnswer: ") else message
+        return _fail(result, cat, message)
     return None
 
 
 def _judge_training(spec, result: dict, bp: dict, sp: dict) -> dict:
     """train_step / train_epoch: peak ratio against the starter, same losses and parameter update."""
     peak, base_peak = int(sp["peak_bytes"]), int(bp["peak_bytes"])
-    result["peak_bytes"] = peak
+    result.update(peak_bytes=peak, rank_peak_bytes=sp.get("rank_peak_bytes"))
     result["ratio"] = round(peak / base_peak, 4) if base_peak else None
     result["step_seconds"] = sp.get("step_seconds")
     if bp.get("step_seconds"):
@@ -568,8 +643,62 @@ def _judge_load(spec, result: dict, bp: dict, sp: dict) -> dict:
                                  "参数与起始代码一致")
 
 
+def _judge_call(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """kind "call": the same result as the starter (every output tensor, every rank) and a memory
+    metric (the peak, or reserved minus allocated) at most target_ratio x the starter's."""
+    metric, base_metric = int(sp["metric_bytes"]), int(bp["metric_bytes"])
+    result.update(peak_bytes=int(sp["peak_bytes"]), ratio=round(metric / base_metric, 4) if base_metric else None,
+                  metric=spec.metric, metric_bytes=metric, baseline_metric_bytes=base_metric,
+                  rank_peak_bytes=sp.get("rank_peak_bytes"))
+    outs, base_outs = sp.get("outputs") or [], bp.get("outputs") or []
+    errs = [_rel(a, b) for a, b in zip(outs, base_outs)] if len(outs) == len(base_outs) else [math.inf]
+    err = max(errs or [math.inf])
+    result["update_rel_err"] = err
+    result["correct"] = bool(math.isfinite(err) and err <= spec.rtol)
+    what = METRIC_ZH.get(spec.metric, "峰值")
+    if not result["correct"]:
+        return _fail(result, "incorrect", f"结果与起始代码不同（相对误差 {err:.3g}，允许 {spec.rtol:g}）")
+    if int(sp["peak_bytes"]) < int(bp.get("floor_bytes", 0)):
+        return _fail(result, "tamper", f"测得的峰值 {fmt_bytes(int(sp['peak_bytes']))} 低于输入和输出本身的大小 "
+                                       f"{fmt_bytes(int(bp['floor_bytes']))}：显存计量被绕过了")
+    if spec.metric == "reserved_gap" and int(sp.get("reserved_peak_bytes", 0)) > int(bp.get("reserved_peak_bytes", 0)):
+        return _fail(result, "too_much_memory", f"已保留峰值 {fmt_bytes(int(sp['reserved_peak_bytes']))} 比起始代码的 "
+                                                f"{fmt_bytes(int(bp['reserved_peak_bytes']))} 还高")
+    if base_metric and metric > spec.target_ratio * base_metric:
+        return _fail(result, "too_much_memory", f"{what} {fmt_bytes(metric)} 是起始代码（{fmt_bytes(base_metric)}）的 "
+                                                f"{metric / base_metric:.2f} 倍，目标是不超过 {spec.target_ratio:.2f} 倍")
+    ranks = sp.get("rank_peak_bytes")
+    per_rank = f"（各 rank 峰值 {'、'.join(fmt_bytes(x) for x in ranks)}）" if ranks else ""
+    return _passed(spec, result, f"{what}是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}）{per_rank}，"
+                                 "结果与起始代码一致")
+
+
+def max_trials(answer: int) -> int:
+    """Trials a doubling-then-bisection search needs for an answer (and a little slack)."""
+    return 2 * max(1, math.ceil(math.log2(answer + 1))) + 2
+
+
+def _judge_max_batch(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """ch13: the answer fits and answer + 1 does not (checked by the harness after the learner's
+    search), found with at most `max_trials(answer)` calls of try_step."""
+    answer, trials = int(sp["answer"]), sp.get("trials") or []
+    allowed = max_trials(max(answer, 1))
+    result.update(peak_bytes=int(sp.get("peak_bytes") or 0), ratio=round(len(trials) / allowed, 4),
+                  correct=bool(sp.get("verified")), answer=answer, trials=len(trials), allowed_trials=allowed)
+    tried = "、".join(f"{n}{'✓' if ok else '✗'}" for n, ok in trials[:40])
+    if not result["correct"]:
+        return _fail(result, "incorrect", f"返回的 batch = {answer} 不是最大能放下的 batch（评分器复查：{answer} "
+                                          f"要能放下，{answer + 1} 要放不下）。你试过的 batch：{tried or '无'}")
+    if len(trials) > allowed:
+        return _fail(result, "too_many_trials", f"调用了 {len(trials)} 次 try_step，最多允许 {allowed} 次"
+                                                f"（先翻倍、再二分）。你试过的 batch：{tried}")
+    return _passed(spec, result, f"最大 batch = {answer}，用了 {len(trials)} 次试探（允许 {allowed} 次）：{tried}")
+
+
+METRIC_ZH = {"peak_allocated": "峰值显存", "reserved_gap": "已保留与已分配峰值之差（reserved − allocated）"}
+
 JUDGES = {"train_step": _judge_training, "train_epoch": _judge_training, "estimate": _judge_estimate,
-          "monitor": _judge_monitor, "load": _judge_load}
+          "monitor": _judge_monitor, "load": _judge_load, "call": _judge_call, "max_batch": _judge_max_batch}
 
 
 def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,

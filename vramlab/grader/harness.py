@@ -39,180 +39,47 @@ import sys
 import time
 import types
 
+from .scenarios import SCENARIOS, WrongAnswer
+
 
 def _sign(key: bytes, payload: dict) -> dict:
     body = json.dumps(payload, sort_keys=True, ensure_ascii=False)
     return {"payload": body, "mac": hmac.new(key, body.encode(), hashlib.sha256).hexdigest()}
 
 
-# ---------------------------------------------------------------------------------------------------
-# Scenarios: one per exercise kind. Each is called with the harness `h` BEFORE the guards are armed
-# and the learner's code is loaded (trusted setup: model, data, ground truth), and returns `run(fn)`,
-# which calls the learner's function only through `h.call`/`h.training_call` and returns the fields
-# the parent judges (vramlab.grader.core.JUDGES).
-# ---------------------------------------------------------------------------------------------------
-def scenario_train_step(h):
-    """`train_step(model, optimizer, batch, device)`: warm-up steps, then the steady peak."""
-    job = h.job
-    model, optimizer = h.training_setup()
-    batches = [b.clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
-    before = h.fingerprint(model.parameters())
+def _code_objects(modules) -> set:
+    """Every code object defined in these modules: functions, methods, properties, nested code."""
+    found: set = set()
 
-    def run(fn):
-        losses, times, first_peak = [], [], 0
-        h.reset_peak()
-        for i, batch in enumerate(batches):
-            if i == int(job["warmup"]):
-                h.reset_peak()
-            losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
-            times.append(h.seconds)
-            first_peak = first_peak or h.peak()
-        return dict(h.training_result(before), peak_bytes=h.peak(), first_step_peak_bytes=first_peak, losses=losses,
-                    step_seconds=min(times[int(job["warmup"]):] or times))
-    return run
+    def walk(co):
+        if co not in found:
+            found.add(co)
+            for c in co.co_consts:
+                if isinstance(c, types.CodeType):
+                    walk(c)
 
+    def visit(obj):
+        obj = getattr(obj, "__func__", obj)                       # staticmethod / classmethod
+        while hasattr(obj, "__wrapped__"):                          # contextmanager, functools.wraps
+            code = getattr(obj, "__code__", None)
+            if code is not None:
+                walk(code)
+            obj = obj.__wrapped__
+        if isinstance(obj, property):
+            for f in (obj.fget, obj.fset, obj.fdel):
+                if f is not None:
+                    visit(f)
+        elif isinstance(getattr(obj, "__code__", None), types.CodeType):
+            walk(obj.__code__)
 
-def scenario_train_epoch(h):
-    """`train_epoch(model, optimizer, tokens, device, batch_size)`: one pass over a dataset that
-    lives in HOST memory; the peak covers the whole epoch."""
-    job = h.job
-    model, optimizer = h.training_setup()
-    n, bs = int(h.extra["n_samples"]), int(job["batch"])
-    data = h.tokens((n, int(job["seq"])), on_host=True)
-    before = h.fingerprint(model.parameters())
-
-    def run(fn):
-        h.reset_peak()
-        steps = -(-n // bs)
-        losses = h.training_call(lambda: [float(x) for x in fn(model, optimizer, data, h.dev, bs)], "这个 epoch ",
-                                 min_steps=steps)
-        return dict(h.training_result(before), peak_bytes=h.peak(), losses=losses, step_seconds=h.seconds / steps)
-    return run
-
-
-def _static_truth(torch, model_name: str, optimizer: str, precision: str, fake: bool) -> tuple[int, int]:
-    """(parameter count, parameters + gradients + optimizer state in bytes) on a fresh simulated
-    device, read from its breakdown after one real training step, just before zero_grad."""
-    from vramlab.models import build_model
-    from vramlab.sim.device import SimDevice
-
-    with SimDevice(fake=fake, timeline=False) as d:
-        model = build_model(model_name, dtype=torch.bfloat16 if precision == "bf16" else None)
-        params = list(model.parameters())
-        opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-3),
-               "sgdm": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9),
-               "adamw": lambda: torch.optim.AdamW(params, lr=1e-3)}[optimizer]()
-        ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(0))
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        b = d.breakdown(at_peak=False)
-        opt.zero_grad(set_to_none=True)
-        return sum(p.numel() for p in params), b["parameters"] + b["gradients"] + b["optimizer_state"]
-
-
-def scenario_estimate(h):
-    """`estimate_static_bytes(n_params, optimizer, precision)`: pure arithmetic. The trusted
-    (reference) child measures the truth of every case on the simulated device; the learner's child
-    only asks the function, which gets no device and must not create tensors on this one."""
-    from vramlab.models import count_params
-
-    cases = [tuple(c) for c in h.extra["cases"]]
-    truths = None
-    if h.job.get("reference"):
-        with h.dev.untracked():
-            truths = [_static_truth(h.torch, *c) for c in cases]
-    sizes = {name: count_params(name) for name in {c[0] for c in cases}}
-
-    def run(fn):
-        answers = []
-        for name, optimizer, precision, _ in cases:
-            before = h.dev.allocated()
-            h.reset_peak()
-            answers.append(h.call(lambda: float(fn(sizes[name], optimizer, precision))))
-            if h.peak() > before:
-                h.violate("tensor_work", "estimate_static_bytes 在（模拟）显存上创建了张量：本题要求直接用公式算出字节数，"
-                                         "不要在函数里建模型或测量")
-        return {"cases": [[sizes[c[0]], c[1], c[2]] for c in cases], "answers": answers,
-                "truths": [t for _, t in truths] if truths else None}
-    return run
-
-
-def scenario_monitor(h):
-    """`measure_peak(fn, device)`: the peak (absolute `max_allocated`) while `fn()` runs. The truth
-    of each hidden function is measured by the harness right before the learner measures it."""
-    import random
-
-    torch, dev = h.torch, h.dev
-    model, optimizer = h.training_setup()
-    batch = h.tokens((int(h.job["batch"]), int(h.job["seq"])))
-    rng = random.Random(int(h.job.get("case_seed", 0)))
-    mib = 2 ** 20 // 4                                # float32 elements per MiB
-    kept: list = []
-
-    def train():
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
-
-    def transient(a=rng.randint(8, 24) * mib, b=rng.randint(4, 12) * mib):
-        x = torch.ones(a, device=dev.torch_device)
-        y = torch.ones(b, device=dev.torch_device) * 2
-        return float(x[0] + y[0])                     # both freed on return
-
-    def keeps(a=rng.randint(6, 20) * mib, b=rng.randint(10, 30) * mib):
-        kept.append(torch.zeros(a, device=dev.torch_device))     # stays allocated after fn returns
-        return float(torch.ones(b, device=dev.torch_device).sum())
-
-    train()                                           # optimizer state exists: the steady state
-    cases = [("transient", transient), ("keeps_output", keeps), ("train_step", train)]
-    spike = (rng.randint(40, 60) * mib,)
-
-    def run(fn):
-        out = []
-        for name, f in cases:
-            h.reset_peak()
-            f()
-            truth = h.peak()
-            kept.clear()
-            torch.empty(spike, device=dev.torch_device)   # a stale, higher peak: measure_peak must reset it
-            calls = []
-            got = h.call(lambda: float(fn(lambda: calls.append(1) or f(), dev)))
-            kept.clear()
-            if len(calls) != 1:
-                h.violate("skipped_work", f"measure_peak 调用 fn() 的次数是 {len(calls)}，应当恰好一次")
-            out.append({"case": name, "truth": truth, "got": got})
-        return {"answers": out, "peak_bytes": max(c["truth"] for c in out)}
-    return run
-
-
-def scenario_load(h):
-    """`load_model(device)`: the peak while the model is created, and the model it returns."""
-    from vramlab.models import count_params
-
-    torch = h.torch
-    count_params(h.job["model"])      # import the model's code now (lazy imports touch os.environ)
-
-    def run(fn):
-        h.reset_peak()
-        model = h.call(lambda: fn(h.dev))
-        peak = h.peak()
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"load_model 应当返回模型（torch.nn.Module），实际返回了 {type(model).__name__}")
-        params = list(model.parameters())
-        storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes()
-                    for t in [*params, *model.buffers()]}
-        return {"peak_bytes": peak, "model_bytes": sum(storages.values()), "param_count": sum(p.numel() for p in params),
-                "dtypes": sorted({str(p.dtype) for p in params}), "on_device": all(h.tracked(p) for p in params),
-                "fingerprint": h.fingerprint(params)}
-    return run
-
-
-SCENARIOS = {"train_step": scenario_train_step, "train_epoch": scenario_train_epoch, "estimate": scenario_estimate,
-             "monitor": scenario_monitor, "load": scenario_load}
+    for mod in modules:
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and value.__module__ == mod.__name__:
+                for member in list(vars(value).values()):
+                    visit(member)
+            elif getattr(value, "__module__", None) == mod.__name__:
+                visit(value)
+    return found
 
 
 def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on purpose
@@ -301,6 +168,12 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
                 protected.append((vcuda.CudaDevice, name))
 
     # ---- 3. device and the exercise's scenario, set up by trusted code before any guard ---------
+    world, rank = int(job.get("world_size", 1)), int(job.get("rank", 0))
+    if world > 1:        # the ranks meet before any learner code: gloo's sockets live in C++, unaudited
+        import datetime
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=job["init_method"], rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=float(job.get("dist_timeout", 300))))
     if sim:
         from vramlab.sim.device import SimDevice as _Sim
         dev = _Sim(timeline=False, cublas_workspace=bool(extra.get("cublas_workspace", True)))
@@ -309,7 +182,8 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         dev = _Cuda()
     dev.__enter__()
     h = types.SimpleNamespace(job=job, extra=extra, torch=torch, dev=dev, sim=sim, payload=payload, model=None,
-                              violate=violate, seconds=0.0)
+                              violate=violate, seconds=0.0, rank=rank, world=world,
+                              rank_rows=lambda n: slice(rank * n // world, (rank + 1) * n // world))
     _PRESET_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
                        "mixtral": "MixtralForCausalLM"}
 
@@ -325,7 +199,9 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         params = list(model.parameters())
         h.model = model
         payload["param_count"] = sum(p.numel() for p in params)
-        payload["static_bytes"] = sum(p.numel() * p.element_size() for p in params) * 4  # p, grad, 2 AdamW states
+        # p, grad, 2 AdamW states on the device; 2 where the states may live in host memory (offload)
+        copies = 2 if extra.get("allow_host") else 4
+        payload["static_bytes"] = sum(p.numel() * p.element_size() for p in params) * copies
         return model, torch.optim.AdamW(params, lr=float(job["lr"]), foreach=True)
 
     def tokens(shape, on_host: bool = False):
@@ -373,11 +249,19 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         torch.cuda.synchronize()
         return int(torch._C._cuda_memoryStats(dev.index)["allocated_bytes.all.peak"])
 
+    def reserved_peak() -> int:
+        if sim:
+            return int(orig_max_reserved(dev))
+        torch.cuda.synchronize()
+        return int(torch._C._cuda_memoryStats(dev.index)["reserved_bytes.all.peak"])
+
     tracker = dev.tracker if sim else None
     orig_reset = SimDevice.reset_peak if sim else None
     orig_max_allocated = SimDevice.max_allocated if sim else None
-    h.training_setup, h.tokens, h.quiet, h.fingerprint, h.reset_peak, h.peak = (
-        training_setup, tokens, quiet, fingerprint, reset_peak, peak)
+    orig_max_reserved = SimDevice.max_reserved if sim else None
+    h.training_setup, h.tokens, h.quiet, h.fingerprint, h.reset_peak, h.peak, h.reserved_peak = (
+        training_setup, tokens, quiet, fingerprint, reset_peak, peak, reserved_peak)
+    h.gen = torch.Generator().manual_seed(int(job["seed"]) + 2)     # the scenarios' own data
     h.tracked = (lambda t: t.untyped_storage()._cdata in tracker.live) if sim else (lambda t: t.is_cuda)
     run_scenario = SCENARIOS[job.get("kind", "train_step")](h)
     model = h.model
@@ -390,18 +274,27 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         finally:
             state["in_guard"] -= 1
 
-    def counting(orig, category: str, detail: str, allowed_callers: tuple[str, ...] = ()):
+    def caller_code(depth: int = 2):
+        state["in_guard"] += 1
+        try:
+            return _getframe(depth).f_code
+        finally:
+            state["in_guard"] -= 1
+
+    def counting(orig, category: str, detail: str, allowed_codes: frozenset = frozenset()):
+        # who may call: code objects of trusted modules, captured now (a module name can be faked
+        # with exec(src, {"__name__": ...}); a code object cannot)
         def guard(*args, **kwargs):
-            if state["learner"] and category not in permitted:
-                who = caller_module(2)
-                if not who.startswith(allowed_callers or ("\0",)):
-                    violate(category, detail)
+            if state["learner"] and category not in permitted and caller_code(2) not in allowed_codes:
+                violate(category, detail)
             return orig(*args, **kwargs)
         guard.__name__ = getattr(orig, "__name__", "guard")
         guard.__doc__ = getattr(orig, "__doc__", None)
         return guard
 
     permitted = {"reset_peak"} if job.get("kind") == "monitor" else set()   # measure_peak resets the peak
+    if extra.get("allow_host"):              # offload exercises: host memory is the point, not an escape
+        permitted.add("host")
     originals: dict[tuple[int, str], object] = {}
     for owner, name in protected:
         originals[(id(owner), name)] = vars(owner).get(name, getattr(owner, name, None))
@@ -410,6 +303,9 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         setattr(owner, name, value)
         originals[(id(owner), name)] = value
 
+    from . import scenarios as trusted_scenarios
+    trusted_codes = frozenset(_code_objects([m for n, m in list(sys.modules.items()) if n.startswith("vramlab.sim.")]
+                                            + [trusted_scenarios]))
     counter_codes = set()
     if sim:
         emulation = dev.emulation
@@ -423,10 +319,11 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         put(SimDevice, "empty_cache", counting(SimDevice.empty_cache, "empty_cache", "调用了 empty_cache()"))
         put(sim_allocator.CachingAllocatorModel, "empty_cache",
             counting(sim_allocator.CachingAllocatorModel.empty_cache, "empty_cache", "清空了分配器缓存",
-                     allowed_callers=("vramlab.sim.",)))
+                     allowed_codes=trusted_codes))
         for name in ("untracked", "host", "to_host", "save_on_cpu", "adopt", "set_budget"):
-            put(SimDevice, name, counting(getattr(SimDevice, name), "untracked",
-                                          f"调用了不计显存的接口 device.{name}()", allowed_callers=("vramlab.sim.",)))
+            category = "host" if name in ("host", "to_host", "save_on_cpu") else "untracked"
+            put(SimDevice, name, counting(getattr(SimDevice, name), category,
+                                          f"调用了不计显存的接口 device.{name}()", allowed_codes=trusted_codes))
 
         class GuardedTracker(StorageTracker):
             """The same tracker; its pause/host counters remember who moved them."""
@@ -575,10 +472,13 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
         if not modes_ok():
             violate("dispatch_escape", "optimizer.step() 运行时显存计量器不在模式栈里")
         for p in (q for group in opt.param_groups for q in group["params"]):
+            if model_params is not None and id(p) not in model_params:
+                continue            # e.g. host copies of the parameters (optimizer offload, allow_host only)
             g = p.grad
             if g is not None and g.untyped_storage()._cdata not in tracker.live:
                 violate("untracked_grad", "有梯度张量没有被显存计量器记录（在计量之外创建）")
                 break
+    model_params = {id(p) for p in model.parameters()} if model is not None and extra.get("allow_host") else None
     opt_handle = optim_hooks.register_optimizer_step_pre_hook(opt_pre_hook)
 
     # snapshot identities (after our own wrappers are in place)
@@ -803,7 +703,8 @@ def main(argv) -> None:  # noqa: C901 - one linear story, kept in one place on p
     except BaseException as e:  # noqa: BLE001
         state["learner"] = False
         oom = isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "memory" in str(e).lower()
-        payload.update(error={"kind": "oom" if oom else "exception",
+        wrong = isinstance(e, WrongAnswer)
+        payload.update(error={"kind": "incorrect" if wrong else "oom" if oom else "exception",
                               "message": f"{type(e).__name__}: {str(e)[:800]}"}, violations=violations)
         finish()
 

@@ -14,10 +14,20 @@ def format_result(r: dict) -> str:
             lines.append(f"  误差最大的用例     你的结果 {fmt_bytes(r['peak_bytes'])}，实测 {fmt_bytes(r['baseline_peak_bytes'])}")
         lines.append(f"  最大相对误差       {'-' if r.get('ratio') is None else format(r['ratio'], '.2%')}"
                      f"（允许 ≤ {r['target_ratio']:.0%}）")
+    elif r.get("kind") == "max_batch":
+        if r.get("answer") is not None:
+            lines.append(f"  你的答案           batch = {r['answer']}（复查{'通过' if r.get('correct') else '未通过'}）")
+            lines.append(f"  试探次数           {r['trials']} 次（允许 ≤ {r['allowed_trials']} 次）")
+    elif r.get("metric") == "reserved_gap" and r.get("ratio") is not None:
+        lines.append(f"  你的 reserved − allocated   {fmt_bytes(r['metric_bytes'])}")
+        lines.append(f"  起始代码的                  {fmt_bytes(r['baseline_metric_bytes'])}")
+        lines.append(f"  比值               {r['ratio']:.2f}（目标 ≤ {r['target_ratio']:.2f}）")
     elif r.get("ratio") is not None:
         lines.append(f"  你的峰值显存       {fmt_bytes(r['peak_bytes'])}")
         lines.append(f"  起始代码峰值       {fmt_bytes(r['baseline_peak_bytes'])}")
         lines.append(f"  比值               {r['ratio']:.2f}（目标 ≤ {r['target_ratio']:.2f}）")
+        if r.get("rank_peak_bytes"):
+            lines.append(f"  各 rank 峰值       {'、'.join(fmt_bytes(x) for x in r['rank_peak_bytes'])}")
     else:
         lines.append(f"  目标比值           ≤ {r['target_ratio']:.2f}")
     if r.get("correct") is not None:
@@ -29,7 +39,8 @@ def format_result(r: dict) -> str:
         lines.append(f"  单步耗时           {r['step_seconds'] * 1000:.0f} ms，是起始代码的 {r['time_ratio']:.2f} 倍"
                      + (f"（允许 {r['max_time_ratio']:.2f} 倍）" if r.get("max_time_ratio") else "（仅供参考，不计分）"))
     lines.append(f"  说明               {r.get('reason', '')}")
-    if not r.get("passed") and r.get("hints") and r.get("category") in ("too_much_memory", "incorrect", "technique", "slow", "oom"):
+    if not r.get("passed") and r.get("hints") and r.get("category") in ("too_much_memory", "incorrect", "technique", "slow", "oom",
+                                                                          "too_many_trials"):
         lines.append("  可以试试：")
         for h in r["hints"]:
             lines.append(f"    - {h}")

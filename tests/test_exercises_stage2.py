@@ -1,0 +1,110 @@
+"""Stage-2 exercises that are not "make train_step smaller" on one process (kinds call and
+max_batch, and the 2-rank gloo runs): the reference solution passes, the starter fails, and the
+typical wrong answers are refused with a reason, through the real isolated grader on the simulated
+device at ci scale. (ch08-allreduce and ch10-zero, kind train_step on 2 ranks, run with the other
+training exercises in tests/test_exercises.py.)"""
+from __future__ import annotations
+
+import pytest
+
+from vramlab.exercises import get_exercise
+from vramlab.grader import grade_source
+from vramlab.grader.report import format_result
+
+
+@pytest.mark.parametrize("exercise_id,starter_category", [
+    ("ch09-tensor-parallel", "too_much_memory"), ("ch11-fragmentation", "too_much_memory"),
+    ("ch12-eval-loop", "too_much_memory"), ("ch13-max-batch", "too_many_trials"),
+    ("ch14-attention", "too_much_memory"), ("ch15-embedding-offload", "too_much_memory")])
+def test_solution_passes_and_starter_fails(exercise_id, starter_category):
+    spec = get_exercise(exercise_id)
+    good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
+    assert good["passed"] and good["score"] == spec.points and good["correct"] is True, good["reason"]
+    assert good["ratio"] <= spec.target_ratio - 0.05                  # margin below the target
+    assert "通过" in format_result(good)
+    bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
+    assert not bad["passed"] and bad["score"] == 0
+    assert bad["category"] == starter_category, bad["reason"]
+    assert bad["correct"] is True                                     # right answer, too costly
+    assert bad["ratio"] > spec.target_ratio
+
+
+def _variant(exercise_id: str, old: str, new: str) -> str:
+    src = get_exercise(exercise_id).solution
+    assert old in src, old
+    return src.replace(old, new, 1)
+
+
+WRONG = {
+    # tensor parallel without the all_reduce: each rank returns only its partial sum
+    "tp_no_allreduce": ("ch09-tensor-parallel", "    dist.all_reduce(y)                                         # 求和，得到完整输出\n", "",
+                        "incorrect"),
+    # one rank dies: the other is stopped and the reason names the rank (no wait for the timeout)
+    "tp_rank_raises": ("ch09-tensor-parallel", "    rank, world = dist.get_rank(), dist.get_world_size()\n",
+                       "    rank, world = dist.get_rank(), dist.get_world_size()\n"
+                       "    if rank == 1:\n        raise RuntimeError('rank 1 坏了')\n", "exception"),
+    # emptying the cache hides fragmentation for a moment: refused
+    "frag_empty_cache": ("ch11-fragmentation", "        outputs[i] = h @ weight.T\n",
+                         "        outputs[i] = h @ weight.T\n        del x, h\n        device.empty_cache()\n", "tamper"),
+    # an OOM that is not caught ends the search
+    "max_batch_uncaught": ("ch13-max-batch", "        try:\n            try_step(n)\n            return True\n"
+                           "        except torch.OutOfMemoryError:\n            return False\n",
+                           "        try_step(n)\n        return True\n", "oom"),
+    # off by one: the first size that does NOT fit
+    "max_batch_off_by_one": ("ch13-max-batch", "    return good\n", "    return bad\n", "incorrect"),
+    # detached output: no gradients reach q, k, v
+    "attention_detached": ("ch14-attention", "is_causal=True)", "is_causal=True).detach()", "incorrect"),
+    # the result left in host memory
+    "embed_on_host": ("ch15-embedding-offload", "    return device.to_device(rows)\n", "    return rows\n", "incorrect"),
+    # host memory is allowed here, device memory off the meter is not
+    "embed_untracked": ("ch15-embedding-offload", "    ids_host = device.to_host(ids)\n",
+                        "    with device.untracked():\n        device.to_device(table)\n    ids_host = device.to_host(ids)\n",
+                        "tamper"),
+    # ... also from code that pretends to be the simulator (a module name is easy to fake; the
+    # harness trusts code objects, not names)
+    "embed_untracked_spoofed": ("ch15-embedding-offload", "    ids_host = device.to_host(ids)\n",
+                                "    ns = {'__name__': 'vramlab.sim.device'}\n"
+                                "    exec('def f(d, t):\\n    with d.untracked():\\n        return d.to_device(t)\\n', ns)\n"
+                                "    ns['f'](device, table)\n    ids_host = device.to_host(ids)\n", "tamper"),
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_wrong_answers_are_refused(name):
+    exercise_id, old, new, category = WRONG[name]
+    r = grade_source(exercise_id, _variant(exercise_id, old, new), reuse_baseline=True)
+    assert not r["passed"] and r["score"] == 0
+    assert r["category"] == category, r["reason"]
+    if name == "tp_rank_raises":
+        assert "rank 1" in r["reason"] and r["seconds"] < 100
+
+
+CHUNKED_ATTENTION = '''
+import math
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+def _block(q, k, v, start):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    rows = torch.arange(start, start + q.shape[-2], device=q.device)[:, None]
+    cols = torch.arange(k.shape[-2], device=q.device)[None, :]
+    return torch.softmax(scores.masked_fill(cols > rows, float("-inf")), dim=-1) @ v
+
+
+def attention(q, k, v):
+    outs = []
+    for start in range(0, q.shape[-2], 128):
+        end = start + 128
+        outs.append(checkpoint(_block, q[..., start:end, :], k[..., :end, :], v[..., :end, :], start,
+                               use_reentrant=False))
+    return torch.cat(outs, dim=-2)
+'''
+
+
+def test_chunked_attention_with_checkpoints_is_the_second_route():
+    """The chapter offers two routes; the hand-written one (query chunks + checkpoints) passes too."""
+    r = grade_source("ch14-attention", CHUNKED_ATTENTION, reuse_baseline=True)
+    assert r["passed"], r["reason"]
+    assert r["ratio"] <= get_exercise("ch14-attention").target_ratio - 0.1

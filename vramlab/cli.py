@@ -4,6 +4,8 @@
     vramlab measure  --model tiny --batch 4 --seq 128 --backend sim [--fake] [--steps N] [--json]
     vramlab calibrate [--json]
     vramlab bench [--json]
+    vramlab trace    --model tiny --batch 2 --seq 64 --out trace.json        (timeline for the website's viewer)
+    vramlab trace    --from-cuda-snapshot snapshot.pickle --out trace.json
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def _add_workload_flags(p):
     p.add_argument("--gpus", type=_positive_int, default=1)
     p.add_argument("--accum", type=_positive_int, default=1, help="梯度累积步数")
     p.add_argument("--offload", choices=("none", "activations"), default="none",
-                   help="activations：把反向要用的激活值存到主机内存（save_on_cpu）")
+                   help="activations：把反向要用的激活值存到主存（save_on_cpu）")
     p.add_argument("--inference", action="store_true", help="只做前向推理（inference_mode）")
     p.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
 
@@ -156,6 +158,28 @@ def cmd_bench(args):
     return 0
 
 
+def cmd_trace(args):
+    from pathlib import Path
+
+    from .trace.__main__ import write
+
+    if args.from_cuda_snapshot:
+        from .trace.cuda import from_snapshot, load_snapshot
+        trace = from_snapshot(load_snapshot(args.from_cuda_snapshot), device=args.device,
+                              title=Path(args.from_cuda_snapshot).name)
+    else:
+        from .trace.sim import record_workload
+        w = _workload(args)
+        if w.zero or w.gpus > 1:
+            raise CliError("trace 在单个进程里运行，不能模拟 --zero/--gpus")
+        trace = record_workload(w, steps=args.steps, title=f"{w.model}，batch {w.batch}，seq {w.seq}")
+    write(trace, Path(args.out))
+    peak = trace["peak"]
+    print(f"已写入 {args.out}：峰值 {fmt_bytes(peak['bytes'])}，出现在 {peak['op']} @ {peak['module']}。"
+          f"在课程网站的“显存时间线”页面点“打开文件”即可查看。")
+    return 0
+
+
 def cmd_tutorials(args):
     from .tutorials import main as tutorials_main
 
@@ -182,6 +206,14 @@ def build_parser():
     b = sub.add_parser("bench", help="基准：跟踪开销、模拟设备与 H200 的比值、FakeTensorMode 耗时")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+    tr = sub.add_parser("trace", help="导出显存时间线（JSON），用网站的时间线查看器打开")
+    _add_workload_flags(tr)
+    tr.add_argument("--steps", type=_positive_int, default=2, help="记录的训练步数（含模型构建）")
+    tr.add_argument("--from-cuda-snapshot", default=None, metavar="PICKLE",
+                    help="改为转换 torch.cuda.memory._dump_snapshot() 保存的快照")
+    tr.add_argument("--device", type=int, default=0, help="快照里的 GPU 序号")
+    tr.add_argument("--out", required=True, help="输出的 JSON 文件")
+    tr.set_defaults(func=cmd_trace)
     t = sub.add_parser("tutorials", help="执行全部教程（run）或检查网页上的输出是否过期（check）")
     t.add_argument("action", choices=("run", "check", "list"))
     t.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")

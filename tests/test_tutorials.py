@@ -16,9 +16,18 @@ def test_committed_outputs_are_not_stale(source):
     assert tutorials.stale(source) is None, tutorials.stale(source)
 
 
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every tutorial executed afresh, a few at a time (one process and kernel each)."""
+    out = tmp_path_factory.mktemp("tutorials")
+    return dict(tutorials.execute_many([(s, out / f"{s.stem}.ipynb") for s in SOURCES]))
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=lambda s: s.stem)
-def test_tutorial_runs_and_produces_output(source, tmp_path):
-    out = tutorials.execute(source, tmp_path / f"{source.stem}.ipynb")
+def test_tutorial_runs_and_produces_output(source, executed):
+    out = executed[source]
+    if isinstance(out, Exception):
+        raise out
     nb = nbformat.read(out, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not any(o.get("output_type") == "error" for o in c.outputs) for c in code)

@@ -190,15 +190,9 @@ for what, a, b in [("批大小 8 → 16（SDPA，序列 512）", (8, 512, "sdpa"
 # %%
 import matplotlib
 import matplotlib.pyplot as plt
-from matplotlib import font_manager
+from vramlab.display import use_cjk_font
 
-_cjk = [f.name for f in font_manager.fontManager.ttflist
-        if any(k in f.name for k in ("Noto Sans CJK SC", "Noto Sans CJK", "Source Han Sans", "WenQuanYi", "SimHei",
-                                     "Microsoft YaHei", "PingFang"))]
-if _cjk:
-    matplotlib.rcParams["font.sans-serif"] = [_cjk[0]] + matplotlib.rcParams["font.sans-serif"]
-    matplotlib.rcParams["axes.unicode_minus"] = False
-ZH = bool(_cjk)          # 没有中文字体时只用英文标签，避免出现方框
+ZH = use_cjk_font()          # 没有中文字体时只用英文标签，避免出现方框
 
 parts = [("parameters", "参数", "parameters"), ("optimizer_state", "优化器状态", "optimizer state"),
          ("gradients", "梯度", "gradients"), ("activations", "激活值", "activations"),

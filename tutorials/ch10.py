@@ -345,15 +345,9 @@ print(f"FSDP2（rank 0）：三类张量 {(r['p'] + r['g'] + r['s']) / MiB:.2f} 
 # %%
 import matplotlib
 import matplotlib.pyplot as plt
-from matplotlib import font_manager
+from vramlab.display import use_cjk_font
 
-_cjk = [f.name for f in font_manager.fontManager.ttflist
-        if any(k in f.name for k in ("Noto Sans CJK SC", "Noto Sans CJK", "Source Han Sans", "WenQuanYi", "SimHei",
-                                     "Microsoft YaHei", "PingFang"))]
-if _cjk:
-    matplotlib.rcParams["font.sans-serif"] = [_cjk[0]] + matplotlib.rcParams["font.sans-serif"]
-    matplotlib.rcParams["axes.unicode_minus"] = False
-ZH = bool(_cjk)          # 没有中文字体时只用英文标签，避免出现方框
+ZH = use_cjk_font()          # 没有中文字体时只用英文标签，避免出现方框
 
 fig, ax = plt.subplots(figsize=(9, 4.2))
 labels = [f"{k}\nrank {r}" for k in KINDS for r in (0, 1)]

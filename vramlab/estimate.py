@@ -627,7 +627,7 @@ def _act_note(w, p, act, block, peak):
     elif w.checkpointing == "selective":
         s += "选择性重算：丢掉 s² 的注意力张量，其余保留（Korthikanti：34·sbh）。"
     if w.offload == "activations":
-        s += "save_on_cpu：保存的张量在主机内存里，设备上只剩反向时逐个取回的工作集。"
+        s += "save_on_cpu：保存的张量在主存里，设备上只剩反向时逐个取回的工作集。"
     if w.accum > 1:
         s += f"梯度累积：激活只与 micro-batch 有关，与累积步数 {w.accum} 无关。"
     if w.lora_rank:

@@ -77,6 +77,24 @@ def execute(source: Path, out: Path | None = None) -> Path:
     return out
 
 
+def execute_many(jobs: list[tuple[Path, Path | None]], workers: int | None = None):
+    """Run several tutorials, `workers` at a time (default: one per CPU core, at most 4), each in
+    its own process and kernel; yields (source, output path or the exception) as they finish."""
+    import concurrent.futures as cf
+    import multiprocessing
+    import os
+
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    # spawn, not fork: the parent may hold torch threads or a running event loop
+    with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(execute, src, out): src for src, out in jobs}
+        for fut in cf.as_completed(futures):
+            try:
+                yield futures[fut], fut.result()
+            except Exception as e:  # noqa: BLE001 - reported per tutorial by the caller
+                yield futures[fut], e
+
+
 def stale(source: Path) -> str | None:
     """Why the committed notebook for `source` does not show this source's current outputs, or None."""
     import nbformat
@@ -98,6 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="vramlab tutorials", description="执行教程并检查输出是否过期")
     p.add_argument("action", choices=("run", "check", "list"))
     p.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
+    p.add_argument("--jobs", type=int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
     args = p.parse_args(argv)
     chosen = [s for s in sources() if not args.only or s.stem in args.only.split(",")]
     if args.action == "list":
@@ -105,11 +124,15 @@ def main(argv=None) -> int:
             print(s.relative_to(ROOT), "->", output_for(s).relative_to(ROOT))
         return 0
     if args.action == "run":
-        for s in chosen:
-            t0 = datetime.datetime.now()
-            execute(s)
-            print(f"{s.stem}: 已执行（{(datetime.datetime.now() - t0).total_seconds():.0f} s）", flush=True)
-        return 0
+        t0, failed = datetime.datetime.now(), []
+        for s, out in execute_many([(s, None) for s in chosen], workers=args.jobs):
+            seconds = (datetime.datetime.now() - t0).total_seconds()
+            if isinstance(out, Exception):
+                failed.append(s.stem)
+                print(f"{s.stem}: 执行失败（{type(out).__name__}: {str(out)[:2000]}）", file=sys.stderr, flush=True)
+            else:
+                print(f"{s.stem}: 已执行（开始后 {seconds:.0f} s）", flush=True)
+        return 1 if failed else 0
     problems = [(s, why) for s in chosen if (why := stale(s))]
     for s, why in problems:
         print(f"{s.stem}: {why}", file=sys.stderr)

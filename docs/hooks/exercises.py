@@ -3,7 +3,8 @@
 A chapter writes `<!-- vramlab:exercise ch07-checkpoint -->` where the exercise card belongs; the
 card (title, function, pass criteria, where the notebook is, how to check it) is generated from
 `vramlab.exercises` — the same spec the notebook, the reference solution and the grader use.
-An unknown id fails the build.
+An unknown id fails the build. `<!-- vramlab:exercise-table -->` becomes the table of every exercise
+(id, chapter, title, how it is judged), also from the specs.
 """
 from __future__ import annotations
 
@@ -12,6 +13,24 @@ import re
 from mkdocs.exceptions import PluginError
 
 _MARKER = re.compile(r"<!--\s*vramlab:exercise\s+([\w-]+)\s*-->")
+_TABLE = re.compile(r"<!--\s*vramlab:exercise-table\s*-->")
+_JUDGED_ZH = {"estimate": "估算误差", "monitor": "测量误差", "max_batch": "答案与试探次数",
+              "reserved_gap": "reserved − allocated"}
+
+
+def exercise_table(src_uri: str) -> str:
+    """Markdown table of all exercises; chapter links are relative to the page's source file."""
+    from vramlab.exercises import EXERCISES
+
+    up = "../" * src_uri.count("/")
+    rows = ["| 编号 | 章节 | 练习 | 评什么 |", "|---|---|---|---|"]
+    for spec in EXERCISES.values():
+        judged = _JUDGED_ZH.get(spec.kind) or _JUDGED_ZH.get(spec.metric, "峰值显存")
+        ranks = spec.ci.extra.get("world_size", 1)
+        where = f"（{ranks} 个进程）" if ranks > 1 else ""
+        rows.append(f"| `{spec.id}` | [第 {spec.chapter} 章]({up}chapters/ch{spec.chapter:02d}.md) | {spec.title} | "
+                    f"{judged}{where} |")
+    return "\n".join(rows) + "\n"
 
 
 def exercise_card(exercise_id: str) -> str:
@@ -37,4 +56,5 @@ def exercise_card(exercise_id: str) -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    markdown = _TABLE.sub(lambda m: exercise_table(page.file.src_uri), markdown)
     return _MARKER.sub(lambda m: exercise_card(m.group(1)), markdown)

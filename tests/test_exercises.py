@@ -12,18 +12,26 @@ from vramlab.grader import grade_source
 from vramlab.grader.core import notebook_source
 
 IDS = list(EXERCISES)
-TRAINING_IDS = [i for i in IDS if EXERCISES[i].kind in ("train_step", "train_epoch")]
+# training kinds whose starter runs to the end and is judged too big (ch21's and ch30's overflow
+# their cards: tests/test_exercises_stage3b.py)
+TRAINING_IDS = [i for i in IDS if EXERCISES[i].kind in ("train_step", "train_epoch", "distill_step")
+                and "learner_budget_mib" not in EXERCISES[i].ci.extra]
 
 
 def test_registry_shape():
     assert IDS == ["ch01-estimate", "ch02-monitor", "ch03-loading", "ch04-dataloading", "ch05-accumulation",
                    "ch06-mixed-precision", "ch07-checkpoint", "ch08-allreduce", "ch09-tensor-parallel", "ch10-zero",
                    "ch11-fragmentation", "ch12-eval-loop", "ch13-max-batch", "ch14-attention",
-                   "ch15-embedding-offload", "ch16-gqa", "ch17-moe", "ch18-rmsnorm", "ch19-offload"]
+                   "ch15-embedding-offload", "ch16-gqa", "ch17-moe", "ch18-rmsnorm", "ch19-offload",
+                   "ch20-overlap", "ch21-leak", "ch22-int8-linear", "ch23-distill", "ch24-lora", "ch25-dora",
+                   "ch26-prompt-tuning", "ch27-prefix-tuning", "ch28-activation-offload", "ch29-zero2",
+                   "ch30-capstone"]
     functions = {"train_step": {"train_step"}, "train_epoch": {"train_epoch"}, "estimate": {"estimate_static_bytes"},
                  "monitor": {"measure_peak"}, "load": {"load_model"}, "max_batch": {"find_max_batch"},
-                 "call": {"tp_mlp", "process", "evaluate", "attention", "embed", "moe_forward", "rms_norm"}}
-    assert sorted({s.chapter for s in EXERCISES.values()}) == list(range(1, 20))      # one per chapter, 1-19
+                 "call": {"tp_mlp", "process", "evaluate", "attention", "embed", "moe_forward", "rms_norm",
+                          "int8_linear"},
+                 "distill_step": {"distill_step"}, "finetune": {"prepare_model"}}
+    assert sorted({s.chapter for s in EXERCISES.values()}) == list(range(1, 31))      # one per chapter, 1-30
     for item in list_exercises():
         assert item["notebook"] == f"exercises/{item['id']}/{item['id']}.ipynb"
         assert item["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"

@@ -38,7 +38,6 @@ class ExerciseSpec:
                                    # "accumulation" (>= 2 model forwards per step), "autocast"
                                    # (forward under autocast), "checkpoint" (blocks recomputed)
     max_time_ratio: float | None = None   # optional: step time <= this x the starter's
-    absolute_budget: str | None = None    # optional: e.g. "2 GiB" on a virtual card
     points: int = 10
     hints: tuple[str, ...] = ()    # Chinese: what to try next when it fails
     metric: str = "steady_peak_allocated"
@@ -55,6 +54,14 @@ class ExerciseSpec:
     #               outputs as the starter (rtol) and `metric` <= target_ratio x the starter's
     # "max_batch"   find_max_batch(try_step, device) on a virtual card: the answer fits and answer + 1 does
     #               not; at most core.max_trials(answer) trials (ratio = trials / allowed, target 1.0)
+    # "distill_step" distill_step(student, teacher, optimizer, batch, device): the train_step judge on the
+    #               student; the teacher (extra["teacher_config"]) must come back unchanged
+    # "finetune"    prepare_model(model) -> the model the grader then trains (AdamW over requires_grad
+    #               parameters): extra["method"] (peft), trainable share <= extra["max_trainable_share"],
+    #               the loss goes down (and starts equal when extra["same_start"]), peak <= target x the
+    #               starter's (full fine-tuning)
+    # extra["learner_budget_mib"] (train_step) puts the learner's run on a virtual card of that size; the
+    #               trusted starter runs without it (it need not fit) and only gives the baseline
     # extra["world_size"] > 1 runs that many ranks over gloo (train_step and call); the worst rank's peak counts
 
 
@@ -93,6 +100,15 @@ def criteria_zh(spec: ExerciseSpec) -> list[str]:
     ranks = spec.ci.extra.get("world_size", 1)
     if ranks > 1:
         lines.append(f"- **多进程**：评分器启动 {ranks} 个 rank（gloo），每个 rank 分别检查，峰值取各 rank 中最大的；")
+    if spec.kind == "finetune":
+        method = {"lora": "LoRA", "dora": "DoRA（`use_dora=True`）", "prompt_tuning": "Prompt Tuning",
+                  "prefix_tuning": "P-Tuning v2（Prefix Tuning）"}[spec.ci.extra["method"]]
+        share = spec.ci.extra.get("max_trainable_share", 0.1)
+        lines.append(f"- **方法对**：返回用 peft 的 {method} 包装的模型，可训练参数不超过全部参数的 {share:.0%}；")
+        lines.append("- **在学习**：评分器训练几步后损失要下降" +
+                     ("，且第 1 步的损失与全量微调相同（适配器初始是恒等变换）；" if spec.ci.extra.get("same_start") else "；"))
+        lines.append(f"- **省显存**：训练的峰值显存 ≤ 全量微调（起始代码）峰值的 **{pct}**（同一次运行、同一后端上测得）。")
+        return lines
     if spec.kind == "load":
         multiple = spec.ci.extra.get("max_model_multiple")
         lines.append("- **正确**：返回模型的参数与起始代码的结果相同，全部是 bf16、在设备上；")
@@ -101,7 +117,10 @@ def criteria_zh(spec: ExerciseSpec) -> list[str]:
     elif spec.kind == "call":
         lines.append(f"- **正确**：返回的结果与起始代码一致（相对误差 ≤ {spec.rtol:g}）；")
     else:
-        lines.append(f"- **正确**：损失与更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；")
+        who = "学生模型的" if spec.kind == "distill_step" else ""
+        lines.append(f"- **正确**：损失与{who}更新后的参数和起始代码一致（`rtol={spec.rtol:g}`，`atol={spec.atol:g}`）；")
+        if spec.kind == "distill_step":
+            lines.append("- **教师不变**：教师模型的参数在评分前后完全相同；")
     if spec.metric == "reserved_gap":
         lines.append(f"- **少碎片**：已保留峰值 − 已分配峰值（`max_memory_reserved − max_memory_allocated`）≤ 起始代码的 "
                      f"**{pct}**，且已保留峰值不高于起始代码（同一次运行、同一后端上测得）；")
@@ -110,6 +129,43 @@ def criteria_zh(spec: ExerciseSpec) -> list[str]:
         lines.append(f"- **省显存**：峰值显存 ≤ 起始代码峰值的 **{pct}**（同一次运行、同一后端上测得）。")
     if spec.max_time_ratio is not None:
         lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
-    if spec.absolute_budget:
-        lines.append(f"- **装得下**：在 {spec.absolute_budget} 的虚拟显卡上不 OOM。")
+    budget = spec.ci.extra.get("learner_budget_mib")
+    if budget:
+        lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上运行（CI 规模），任何一步都不能 OOM；"
+                     "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。")
     return lines
+
+
+# The starter of the peft exercises (kind "finetune"): train every parameter.
+FULL_FINETUNE = '''import torch
+
+
+def prepare_model(model):
+    """全量微调：原样返回模型，所有参数都训练。
+    每个参数都要有梯度和 AdamW 的两个状态：FP32 下每个参数 16 字节。"""
+    return model
+'''
+
+# The model of the peft exercises at ci scale: a 4-layer Llama (GQA, SwiGLU, RMSNorm) whose model
+# states, not its activations, dominate a short batch: what parameter-efficient fine-tuning is for.
+FINETUNE_CI_CONFIG = {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 688,
+                      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+
+
+def finetune_exercise(*, id: str, chapter: int, title: str, task: str, solution: str, method: str,
+                      same_start: bool, target_ratio: float, hints: tuple[str, ...],
+                      max_trainable_share: float = 0.1) -> ExerciseSpec:
+    """A peft exercise (ch24-27): `prepare_model(model)` against full fine-tuning, on llama-tiny
+    enlarged at ci scale and Llama-3.2-1B's shape on a GPU. `task` is the method-specific part; the
+    contract (what the grader does with the returned model) is the same for all and stated here."""
+    extra = {"method": method, "same_start": same_start, "max_trainable_share": max_trainable_share}
+    contract = ("`prepare_model(model)` 拿到评分器建好的 Llama 模型（随机权重，已经在设备上，所有参数 "
+                "`requires_grad=True`），返回要训练的模型。评分器随后**只为 `requires_grad=True` 的参数**创建 AdamW，"
+                "在固定的数据上训练几步，测稳态峰值。起始代码原样返回模型，也就是全量微调。\n\n")
+    return ExerciseSpec(
+        id=id, chapter=chapter, title=title, task=contract + task, function="prepare_model",
+        signature="def prepare_model(model):", starter=FULL_FINETUNE, solution=solution,
+        ci=Scale(model="llama-tiny", batch=2, seq=64, steps=4, warmup=1,
+                 extra=dict(extra, cublas_workspace=False, config=FINETUNE_CI_CONFIG)),
+        gpu=Scale(model="llama-1b", batch=4, seq=512, steps=4, warmup=1, extra=extra),
+        target_ratio=target_ratio, points=10, kind="finetune", hints=hints)

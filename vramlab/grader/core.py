@@ -505,6 +505,8 @@ def _judge_training(spec, result: dict, bp: dict, sp: dict) -> dict:
     """train_step / train_epoch: peak ratio against the starter, same losses and parameter update."""
     peak, base_peak = int(sp["peak_bytes"]), int(bp["peak_bytes"])
     result.update(peak_bytes=peak, rank_peak_bytes=sp.get("rank_peak_bytes"))
+    if getattr(spec, result["scale"]).extra.get("report_savings") and bp.get("breakdown") and sp.get("breakdown"):
+        result["savings"] = _savings(bp["breakdown"], sp["breakdown"])      # which technique bought how much
     result["ratio"] = round(peak / base_peak, 4) if base_peak else None
     result["step_seconds"] = sp.get("step_seconds")
     if bp.get("step_seconds"):
@@ -547,8 +549,31 @@ def _judge_training(spec, result: dict, bp: dict, sp: dict) -> dict:
     if spec.max_time_ratio and result["time_ratio"] and result["time_ratio"] > spec.max_time_ratio:
         return _fail(result, "slow", f"单步耗时是起始代码的 {result['time_ratio']:.2f} 倍，允许 {spec.max_time_ratio:.2f} 倍")
     result.update(passed=True, score=spec.points, category="ok",
-                  reason=f"通过：峰值是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），结果与起始代码一致")
+                  reason=f"通过：峰值是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），结果与起始代码一致"
+                         + _savings_line(result))
     return result
+
+
+CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯度", "低精度梯度、在反向中更新并释放"),
+               "optimizer_state": ("优化器状态", "8-bit 优化器、卸载到主存"),
+               "activations": ("激活值", "激活检查点、混合精度、激活值卸载"),
+               "temporaries": ("临时张量", "梯度累积、分块计算"), "cuda_overhead": ("CUDA 开销", "cuBLAS 工作区")}
+
+
+def _savings(base: dict, mine: dict) -> dict:
+    """Bytes saved per memory category at the peak (starter minus submission), largest first."""
+    saved = {k: int(base.get(k, 0)) - int(mine.get(k, 0)) for k in CATEGORY_ZH if k in base or k in mine}
+    return dict(sorted(saved.items(), key=lambda kv: -kv[1]))
+
+
+def _savings_line(result: dict) -> str:
+    saved = result.get("savings")
+    if not saved:
+        return ""
+    parts = [f"{CATEGORY_ZH[k][0]} {'省下' if v >= 0 else '多用'} {fmt_bytes(abs(v))}（{CATEGORY_ZH[k][1]}）"
+             for k, v in saved.items() if abs(v) >= 2 ** 20]
+    return ("。峰值时各类显存与起始代码相比（两边的峰值可能出现在一步中的不同时刻，所以某一类可能“多用”）："
+            + "；".join(parts)) if parts else ""
 
 
 def _technique_missing(spec, sp: dict) -> str | None:
@@ -695,10 +720,44 @@ def _judge_max_batch(spec, result: dict, bp: dict, sp: dict) -> dict:
     return _passed(spec, result, f"最大 batch = {answer}，用了 {len(trials)} 次试探（允许 {allowed} 次）：{tried}")
 
 
+def _judge_finetune(spec, result: dict, bp: dict, sp: dict) -> dict:
+    """ch24-27: the grader trained what `prepare_model` returned. It must be the required peft method
+    with a small trainable share, learn (the loss goes down), start from the same function where the
+    method promises it (LoRA/DoRA begin as the identity), and peak at most target_ratio x full fine-tuning."""
+    peak, base_peak = int(sp["peak_bytes"]), int(bp["peak_bytes"])
+    result.update(peak_bytes=peak, ratio=round(peak / base_peak, 4) if base_peak else None,
+                  step_seconds=sp.get("step_seconds"), trainable=sp.get("trainable"), total=sp.get("total"))
+    losses, base_losses = sp.get("losses") or [], bp.get("losses") or []
+    share = sp["trainable"] / max(sp["total"], 1)
+    limit = float(spec.ci.extra.get("max_trainable_share", 0.1))
+    result["correct"] = False
+    if not losses or not all(math.isfinite(x) for x in losses):
+        return _fail(result, "incorrect", f"训练中出现了非有限的损失：{losses}")
+    if share > limit:
+        return _fail(result, "incorrect", f"可训练参数占 {share:.2%}（{sp['trainable']:,} / {sp['total']:,}），"
+                                          f"本题要求参数高效微调：不超过 {limit:.0%}")
+    if spec.ci.extra.get("same_start") and abs(losses[0] - base_losses[0]) > spec.atol + spec.rtol * abs(base_losses[0]):
+        return _fail(result, "incorrect", f"第 1 步的损失 {losses[0]:.5f} 与全量微调的 {base_losses[0]:.5f} 不同：适配器一开始"
+                                          "应当是恒等变换（LoRA 的 B 矩阵初始化为 0），别改动基座模型")
+    if not losses[-1] < losses[0]:
+        return _fail(result, "incorrect", f"训练 {len(losses)} 步后损失没有下降（{['%.4f' % x for x in losses]}）："
+                                          "检查可训练的参数是不是真的接在计算图上")
+    result["correct"] = True
+    if peak < int(bp.get("static_bytes", 0)):
+        return _fail(result, "tamper", f"测得的峰值 {fmt_bytes(peak)} 低于基座模型参数本身的大小 "
+                                       f"{fmt_bytes(int(bp['static_bytes']))}：显存计量被绕过了")
+    if base_peak and peak > spec.target_ratio * base_peak:
+        return _fail(result, "too_much_memory", f"峰值 {fmt_bytes(peak)} 是全量微调（{fmt_bytes(base_peak)}）的 "
+                                                f"{peak / base_peak:.2f} 倍，目标是不超过 {spec.target_ratio:.2f} 倍")
+    return _passed(spec, result, f"峰值是全量微调的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），"
+                                 f"可训练参数 {sp['trainable']:,} 个（{share:.2%}），损失 {losses[0]:.4f} → {losses[-1]:.4f}")
+
+
 METRIC_ZH = {"peak_allocated": "峰值显存", "reserved_gap": "已保留与已分配峰值之差（reserved − allocated）"}
 
 JUDGES = {"train_step": _judge_training, "train_epoch": _judge_training, "estimate": _judge_estimate,
-          "monitor": _judge_monitor, "load": _judge_load, "call": _judge_call, "max_batch": _judge_max_batch}
+          "monitor": _judge_monitor, "load": _judge_load, "call": _judge_call, "max_batch": _judge_max_batch,
+          "distill_step": _judge_training, "finetune": _judge_finetune}
 
 
 def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,

@@ -21,6 +21,7 @@ def scenario_train_step(h):
     rows = h.rank_rows(int(job["batch"]))        # data parallel: this rank's share of every global batch
     batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
     before = h.fingerprint(model.parameters())
+    _learner_budget(h)
 
     def run(fn):
         losses, times, first_peak = [], [], 0
@@ -28,11 +29,116 @@ def scenario_train_step(h):
         for i, batch in enumerate(batches):
             if i == int(job["warmup"]):
                 h.reset_peak()
-            losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
+            try:
+                losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
+            except h.torch.OutOfMemoryError as e:      # say which step: a leak overflows late, a big step at once
+                raise h.torch.OutOfMemoryError(f"第 {i + 1} 步显存溢出（前面 {i} 步都放得下）。{e}") from None
             times.append(h.seconds)
             first_peak = first_peak or h.peak()
         return dict(h.training_result(before), peak_bytes=h.peak(), first_step_peak_bytes=first_peak, losses=losses,
                     step_seconds=min(times[int(job["warmup"]):] or times))
+    return run
+
+
+def _learner_budget(h):
+    """ch21, ch30: the learner's run happens on a virtual card of extra["learner_budget_mib"]; the
+    trusted starter runs without it (it is expected not to fit) and only gives the baseline."""
+    mib = h.extra.get("learner_budget_mib")
+    if mib and not h.job.get("reference"):
+        h.dev.set_budget(int(float(mib) * 2 ** 20))
+
+
+def scenario_distill_step(h):
+    """ch23: `distill_step(student, teacher, optimizer, batch, device)`: the student (the job's model,
+    trained by the grader's AdamW) learns from a bigger frozen teacher built from extra["teacher_config"]."""
+    job = h.job
+    student, optimizer = h.training_setup()
+    teacher = h.build_model(h.extra["teacher_config"], seed=int(job["seed"]) + 7)
+    h.payload["static_bytes"] += _nbytes(*teacher.parameters())
+    rows = h.rank_rows(int(job["batch"]))
+    batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    before, teacher_before = h.fingerprint(student.parameters()), h.fingerprint(teacher.parameters())
+
+    def run(fn):
+        losses, times = [], []
+        h.reset_peak()
+        for i, batch in enumerate(batches):
+            if i == int(job["warmup"]):
+                h.reset_peak()
+            losses.append(h.training_call(lambda: float(fn(student, teacher, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
+            times.append(h.seconds)
+        if h.fingerprint(teacher.parameters()) != teacher_before:
+            raise WrongAnswer("教师模型的参数被改了：蒸馏只训练学生，教师要保持不变")
+        return dict(h.training_result(before), peak_bytes=h.peak(), losses=losses,
+                    step_seconds=min(times[int(job["warmup"]):] or times))
+    return run
+
+
+_PEFT_METHODS = {     # extra["method"] -> (peft config class name, use_dora, what the learner reads)
+    "lora": ("LoraConfig", False, "LoRA（peft.LoraConfig）"),
+    "dora": ("LoraConfig", True, "DoRA（peft.LoraConfig(use_dora=True)）"),
+    "prompt_tuning": ("PromptTuningConfig", None, "Prompt Tuning（peft.PromptTuningConfig）"),
+    "prefix_tuning": ("PrefixTuningConfig", None, "P-Tuning v2 / Prefix Tuning（peft.PrefixTuningConfig）"),
+}
+
+
+def _peft_method(prepared, method: str) -> str | None:
+    """None when `prepared` is a peft model of the required method, else why not (Chinese)."""
+    cls_name, dora, label = _PEFT_METHODS[method]
+    configs = getattr(prepared, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return f"返回的不是 peft 模型：本题要求用 {label} 包装评分器给的模型（peft.get_peft_model）"
+    cfg = configs.get(getattr(prepared, "active_adapter", "default")) or next(iter(configs.values()))
+    if type(cfg).__name__ != cls_name or (dora is not None and bool(getattr(cfg, "use_dora", False)) != dora):
+        return f"用的方法是 {type(cfg).__name__}{'（use_dora=True）' if getattr(cfg, 'use_dora', False) else ''}，本题要求 {label}"
+    return None
+
+
+def scenario_finetune(h):
+    """ch24-27: `prepare_model(model)` returns the model to fine-tune (the starter: the model itself,
+    full fine-tuning). The grader then builds AdamW over the parameters that require grad and runs
+    the steps itself; the forward still runs under the guards (the model is the learner's)."""
+    import peft  # noqa: F401  (imported by trusted code, before the guards)
+    torch, job = h.torch, h.job
+    model, _ = h.training_setup()
+    params = list(model.parameters())
+    h.payload["static_bytes"] = _nbytes(*params)          # the frozen base alone must stay on the device
+    batch = h.tokens((int(job["batch"]), int(job["seq"])))     # one batch, every step: the loss must go down
+
+    def run(fn):
+        prepared = h.call(lambda: fn(model))
+        if not isinstance(prepared, torch.nn.Module):
+            raise WrongAnswer(f"prepare_model 应当返回 torch.nn.Module，实际返回了 {type(prepared).__name__}")
+        mine = {id(p) for p in prepared.parameters()}
+        if not all(id(p) in mine for p in params):
+            raise WrongAnswer("返回的模型不包含评分器给你的那个模型的全部参数：要在它上面加适配器，不能换成别的模型")
+        method = None if h.job.get("reference") else h.extra.get("method")     # the starter is full fine-tuning
+        why_not = _peft_method(prepared, method) if method else None
+        if why_not:
+            raise WrongAnswer(why_not)
+        trainable = [p for p in prepared.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in prepared.parameters())
+        n_trainable = sum(p.numel() for p in trainable)
+        if not trainable:
+            raise WrongAnswer("没有任何参数 requires_grad=True：什么也训练不了")
+        optimizer = torch.optim.AdamW(trainable, lr=float(job["lr"]), foreach=True)
+        losses, times = [], []
+
+        def step(batch):
+            loss = prepared(input_ids=batch, labels=batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return float(loss.detach())
+
+        h.reset_peak()
+        for i in range(int(job["steps"])):
+            if i == int(job["warmup"]):
+                h.reset_peak()
+            losses.append(h.call(lambda: step(batch)))
+            times.append(h.seconds)
+        return {"peak_bytes": h.peak(), "losses": losses, "trainable": n_trainable, "total": total,
+                "step_seconds": min(times[int(job["warmup"]):] or times)}
     return run
 
 
@@ -333,6 +439,26 @@ def case_rms_norm(h):
     return _backprop_case(h, forward, (tokens, hidden), "rms_norm", (x, *weights), dtype=dtype)
 
 
+def case_int8_linear(h):
+    """ch22: `int8_linear(x, weight_int8, scale)`: weight-only INT8 (per output channel), forward only."""
+    torch = h.torch
+    tokens, d_in, d_out = int(h.job["batch"]) * int(h.job["seq"]), int(h.extra["d_in"]), int(h.extra["d_out"])
+    w = _host_randn(h, d_out, d_in, scale=0.02)
+    with h.dev.host():
+        scale = w.abs().amax(dim=1) / 127
+        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    x, weight_int8, scale = (h.dev.to_device(t) for t in (_host_randn(h, tokens, d_in), q, scale))
+
+    def run(fn):
+        y, peak, _ = _measured(h, lambda: fn(x, weight_int8, scale))
+        _on_device(h, y, (tokens, d_out), "int8_linear")
+        if y.dtype != x.dtype:
+            raise WrongAnswer(f"int8_linear 返回的类型是 {y.dtype}，应当与 x 相同（{x.dtype}）")
+        return {"outputs": [h.fingerprint([y])], "peak_bytes": peak, "metric_bytes": peak,
+                "floor_bytes": _nbytes(x, weight_int8, scale, y)}
+    return run
+
+
 def case_moe(h):
     """ch17: `moe_forward(x, router_weight, w_in, w_out, top_k)`: a top-k mixture of GELU experts
     on [tokens, d], forward only (inference)."""
@@ -353,7 +479,7 @@ def case_moe(h):
 
 CALL_CASES = {"tp_mlp": case_tp_mlp, "eval_loop": case_eval_loop, "attention": case_attention,
               "embedding": case_embedding, "fragmentation": case_fragmentation, "gqa_attention": case_gqa_attention,
-              "rms_norm": case_rms_norm, "moe": case_moe}
+              "rms_norm": case_rms_norm, "moe": case_moe, "int8_linear": case_int8_linear}
 
 
 def scenario_call(h):
@@ -417,6 +543,6 @@ def scenario_max_batch(h):
 
 SCENARIOS = {"train_step": scenario_train_step, "train_epoch": scenario_train_epoch, "estimate": scenario_estimate,
              "monitor": scenario_monitor, "load": scenario_load, "call": scenario_call,
-             "max_batch": scenario_max_batch}
+             "max_batch": scenario_max_batch, "distill_step": scenario_distill_step, "finetune": scenario_finetune}
 
 

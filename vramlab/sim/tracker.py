@@ -121,8 +121,12 @@ class StorageTracker(TorchDispatchMode):
             try:
                 block = self.allocator.malloc(nbytes)
             except SegmentOverflow as e:
-                raise self.owner.out_of_memory(e.request)
-            return block, block.size
+                request = e.request
+            else:
+                return block, block.size
+            # raised outside the except block: a chained __context__ would keep the failing frames
+            # (and the learner's tensors in them) alive after the OOM is caught, which CUDA does not do
+            raise self.owner.out_of_memory(request)
         charged = round_block(nbytes)
         if self.capacity is not None and self.allocated + charged > self.capacity:
             raise self.owner.out_of_memory(charged)

@@ -5,7 +5,7 @@
 #
 # 1. SGD、带动量的 SGD、AdamW（三种实现）、Adafactor 每个参数各存几个字节？`optimizer.step()` 时还要多少临时显存？（GPT-2 small，FakeTensorMode）
 # 2. 这些字节在一个完整的训练步里什么时候决定峰值？模拟设备能否复现 H200 参考表里优化器相关的几行？
-# 3. 8-bit 优化器的分块动态量化是怎么回事？为什么要分块？（手写实现，因为本机没有安装 bitsandbytes 和 torchao）
+# 3. 8-bit 优化器的分块动态量化是怎么回事？为什么要分块？（先手写实现看清原理，再用 bitsandbytes 实测）
 # 4. 把 AdamW 的状态放到主存、在主存里更新（ZeRO-Offload 的思路）：结果是否和普通的 AdamW 一样？峰值降多少？
 #
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 1、2 节的 GPT-2 small 在 FakeTensorMode 下运行（只有形状、没有数据）；第 3 节只比较数值；第 4 节用真实张量跑 4 层的 `gpt2-mini`。
@@ -152,7 +152,7 @@ for name in NAMES:
 # - **动态量化**（dynamic quantization）：256 个码值不是均匀分布的，而是像浮点数一样“指数 + 小数”，靠近 0 的地方密、远处疏，适合跨好几个数量级的优化器状态；
 # - **分块**（block-wise）：每 2048 个数一块，各用自己的最大绝对值（absmax）归一化。一个离群值只影响它所在的那一块。
 #
-# 本机没有安装 bitsandbytes 和 torchao，下面按 bitsandbytes 的 `create_dynamic_map` 构造码表，手写量化与反量化（纯 PyTorch，在 CPU 上运行，只比较数值）。先在 `tiny` 上用普通 AdamW 训练 20 步，取真实的一阶矩和二阶矩，比较四种 8 位表示的误差。
+# 为了看清原理，下面按 bitsandbytes 的 `create_dynamic_map` 构造码表，手写量化与反量化（纯 PyTorch，在 CPU 上运行，只比较数值）。先在 `tiny` 上用普通 AdamW 训练 20 步，取真实的一阶矩和二阶矩，比较四种 8 位表示的误差。
 
 # %%
 def create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8):
@@ -313,7 +313,43 @@ print(f"换算到 GPT-2 small（{psmall:,} 个参数，全部按 8 位计）：�
 # %% [markdown]
 # 两条损失曲线几乎重合：分块动态量化的误差没有在 12 步里累积成可见的差别（这只是一个小实验，不代表任何模型都如此；论文在大模型上的结论见正文）。`tiny` 的很多参数（LayerNorm、偏置、位置嵌入以外的小张量）不足 4096 个元素，仍按 FP32 保存，所以它的字节/参数高于 2。
 #
-# 有 bitsandbytes 时，对应的一行代码是 `bnb.optim.AdamW8bit(model.parameters(), lr=...)`；torchao 的是 `torchao.optim.AdamW8bit`（还有 4 位的 `AdamW4bit`）。
+# 真实项目里不用手写：bitsandbytes（本项目的依赖，它的 CPU 实现在模拟设备上也能跑）一行就够，`bnb.optim.AdamW8bit(model.parameters(), lr=...)`。下面用它在同样的数据上训练 12 步，再在模拟设备上量一次它的状态占多少显存。torchao 的 `torchao.optim.AdamW8bit`（还有 4 位的 `AdamW4bit`）要靠 `torch.compile`，在模拟设备的 dispatch mode 下不能运行，这里不演示。
+
+# %%
+import logging
+
+logging.getLogger("bitsandbytes").setLevel(logging.ERROR)   # 不打印它找不到可选 CPU 内核（kernels 包）的提示
+import bitsandbytes as bnb  # noqa: E402
+
+lb, ob = train(lambda ps: bnb.optim.AdamW8bit(ps, lr=1e-3))
+sb = sum(v.numel() * v.element_size() for s in ob.state.values() for v in s.values() if torch.is_tensor(v))
+print(pad("步", 6), pad("FP32 AdamW", 14), pad("手写 8-bit", 14), "bitsandbytes AdamW8bit")
+for i in (0, 3, 7, 11):
+    print(pad(str(i + 1), 6), pad(f"{l32[i]:.4f}", 14), pad(f"{l8[i]:.4f}", 14), f"{lb[i]:.4f}")
+print(f"\nbitsandbytes 的状态（uint8 码、每块 absmax、每个参数一张 256 项码表，小参数仍是 FP32）："
+      f"{sb:,} 字节，{sb / n_tiny:.3f} 字节/参数")
+
+
+def optimizer_state_on_device(make_opt):
+    """One training step on the simulated device; the optimizer_state category afterwards."""
+    with vramlab.SimDevice(cublas_workspace=False) as dev:
+        torch.manual_seed(0)
+        net = build_model("tiny")
+        opt = make_opt(net.parameters())
+        loss = net(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return dev.breakdown(at_peak=False)["optimizer_state"]
+
+
+on_dev32 = optimizer_state_on_device(lambda ps: torch.optim.AdamW(ps, lr=1e-3))
+on_dev8 = optimizer_state_on_device(lambda ps: bnb.optim.AdamW8bit(ps, lr=1e-3))
+print(f"模拟设备上的优化器状态：torch AdamW {mib(on_dev32):.2f} MiB，bitsandbytes AdamW8bit {mib(on_dev8):.2f} MiB"
+      f"（{on_dev8 / on_dev32:.2f} 倍）")
+
+# %% [markdown]
+# bitsandbytes 的损失与 FP32 AdamW 同样几乎重合；它的字节/参数比手写版还高一些，因为每个参数另存了两张 256 项的 FP32 码表（`qmap1`、`qmap2`），在 `tiny` 这种小模型上不可忽略，在大模型上可以忽略。
 
 # %% [markdown]
 # ## 4. 把 AdamW 的状态放到主存（练习 `ch19-offload` 的预演）

@@ -86,7 +86,7 @@ def test_cli_exercises_json():
     assert out.returncode == 0, out.stderr
     items = json.loads(out.stdout)
     from vramlab.exercises import EXERCISES
-    assert [i["id"] for i in items] == list(EXERCISES) and len(items) == 19
+    assert [i["id"] for i in items] == list(EXERCISES) and len(items) == 30
     assert {"id", "chapter", "function", "target_ratio", "points", "notebook", "solution"} <= set(items[0])
 
 

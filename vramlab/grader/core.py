@@ -554,7 +554,7 @@ def _judge_training(spec, result: dict, bp: dict, sp: dict) -> dict:
     return result
 
 
-CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯度", "低精度梯度、在反向中更新并释放"),
+MEMORY_CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯度", "低精度梯度、在反向中更新并释放"),
                "optimizer_state": ("优化器状态", "8-bit 优化器、卸载到主存"),
                "activations": ("激活值", "激活检查点、混合精度、激活值卸载"),
                "temporaries": ("临时张量", "梯度累积、分块计算"), "cuda_overhead": ("CUDA 开销", "cuBLAS 工作区")}
@@ -562,7 +562,7 @@ CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯
 
 def _savings(base: dict, mine: dict) -> dict:
     """Bytes saved per memory category at the peak (starter minus submission), largest first."""
-    saved = {k: int(base.get(k, 0)) - int(mine.get(k, 0)) for k in CATEGORY_ZH if k in base or k in mine}
+    saved = {k: int(base.get(k, 0)) - int(mine.get(k, 0)) for k in MEMORY_CATEGORY_ZH if k in base or k in mine}
     return dict(sorted(saved.items(), key=lambda kv: -kv[1]))
 
 
@@ -570,7 +570,7 @@ def _savings_line(result: dict) -> str:
     saved = result.get("savings")
     if not saved:
         return ""
-    parts = [f"{CATEGORY_ZH[k][0]} {'省下' if v >= 0 else '多用'} {fmt_bytes(abs(v))}（{CATEGORY_ZH[k][1]}）"
+    parts = [f"{MEMORY_CATEGORY_ZH[k][0]} {'省下' if v >= 0 else '多用'} {fmt_bytes(abs(v))}（{MEMORY_CATEGORY_ZH[k][1]}）"
              for k, v in saved.items() if abs(v) >= 2 ** 20]
     return ("。峰值时各类显存与起始代码相比（两边的峰值可能出现在一步中的不同时刻，所以某一类可能“多用”）："
             + "；".join(parts)) if parts else ""

@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.vramlab-installed
 
-.PHONY: install serve site chromium test lab bench calibrate clean
+.PHONY: install serve site chromium bubblewrap test lab bench calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,10 +32,16 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "chromium 未安装：浏览器测试将跳过（CI 中会失败）"; }
 
-test: $(STAMP) chromium
+# The grader runs learner code under bubblewrap (an OS sandbox); install it when we may (root + apt).
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
+	  echo "bubblewrap 未安装：评分器只能在没有操作系统沙箱的情况下运行（沙箱测试将跳过；CI 中会失败）"; }
+
+test: $(STAMP) chromium bubblewrap
 	$(BIN)/python -m pytest -q
 
-lab: $(STAMP)
+lab: $(STAMP) bubblewrap
 	$(BIN)/jupyter lab exercises/
 
 bench: $(STAMP)

@@ -20,7 +20,7 @@ def test_leak_starter_overflows_the_card_and_the_fix_fits():
     good = _graded("ch21-leak", spec.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
     assert good["ratio"] <= spec.target_ratio - 0.05
-    budget = spec.ci.extra["learner_budget_mib"] * 2 ** 20
+    budget = spec.ci.settings.learner_budget_mib * 2 ** 20
     assert good["peak_bytes"] < budget < good["baseline_peak_bytes"]      # the starter alone does not fit
     bad = _graded("ch21-leak", spec.starter)
     assert not bad["passed"] and bad["category"] == "oom", bad["reason"]
@@ -69,7 +69,7 @@ def test_peft_solution_passes_and_full_finetuning_fails(exercise_id):
     good = _graded(exercise_id, spec.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
     assert good["ratio"] <= spec.target_ratio - 0.05
-    assert 0 < good["trainable"] <= spec.ci.extra["max_trainable_share"] * good["total"]
+    assert 0 < good["trainable"] <= spec.ci.settings.max_trainable_share * good["total"]
     bad = _graded(exercise_id, spec.starter)
     assert not bad["passed"] and bad["category"] == "incorrect" and "peft" in bad["reason"], bad["reason"]
 

@@ -45,7 +45,7 @@ def infer_job(path, exercise: str | None = None) -> tuple[str, str, str]:
     return student, exercise or "", str(p)
 
 
-def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s) -> dict:
+def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, sandbox: str = "require") -> dict:
     student, exercise, path = job
     row = {"student": student, "exercise": exercise, "path": path, "passed": False, "score": 0}
     t0 = time.perf_counter()
@@ -54,7 +54,7 @@ def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s) -
             raise ValueError(f"无法从路径判断练习编号：{path}（用 --exercise 指定）")
         from .grader import grade_file
 
-        result = grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s)
+        result = grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s, sandbox=sandbox)
         row.update({k: result.get(k) for k in FIELDS if k in result and k not in ("student", "path")})
     except Exception as e:  # noqa: BLE001 - one broken submission never fails the batch
         row.update(category="grader_error", reason=f"{type(e).__name__}: {e}")
@@ -71,11 +71,17 @@ def _resolve_backend(backend: str) -> str:
 
 
 def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: str = "sim", scale: str | None = None,
-               timeout_s: float | None = None, progress: bool = True) -> list[dict]:
+               timeout_s: float | None = None, progress: bool = True, sandbox: str = "require") -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
     row per path, in the order given. Each grading itself starts two isolated children (the starter
     and the submission), so `workers` = 1 per GPU, or about cores/2 on the simulated device.
-    `backend="sim"` with the ci scale is what `vramlab.check()` in the notebook uses."""
+    `backend="sim"` with the ci scale is what `vramlab.check()` in the notebook uses. Learner code
+    runs in the OS sandbox: without bubblewrap the batch refuses to start (`sandbox="off"` to
+    override, only for submissions you trust)."""
+    from .grader import policy
+
+    if sandbox == "require" and policy.bwrap_path() is None:
+        raise SystemExit(policy.NO_SANDBOX_REFUSAL)
     backend = _resolve_backend(backend)
     scale = scale or ("gpu" if backend == "cuda" else "ci")
     jobs = [infer_job(p, exercise) for p in paths]
@@ -89,7 +95,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
             bar = None
     ctx = multiprocessing.get_context("spawn")     # no fork of a process that may hold CUDA / threads
     with ProcessPoolExecutor(max_workers=max(1, int(workers)), mp_context=ctx) as pool:
-        futures = {pool.submit(_grade_one, job, backend, scale, timeout_s): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(_grade_one, job, backend, scale, timeout_s, sandbox): i for i, job in enumerate(jobs)}
         for fut in as_completed(futures):
             i = futures[fut]
             try:
@@ -127,13 +133,15 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="每份提交的超时（秒）")
     parser.add_argument("--csv", help="把结果写成 CSV")
     parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
     args = parser.parse_args(argv)
     paths = args.paths or sorted(glob.glob(os.path.join("nbgrader", "submitted", "*", "*", "*.ipynb")))
     if not paths:
         print("没有找到要评分的提交。", file=sys.stderr)
         return 2
     rows = grade_many(paths, workers=args.workers, exercise=args.exercise, backend=args.backend, scale=args.scale,
-                      timeout_s=args.timeout)
+                      timeout_s=args.timeout, sandbox="off" if args.no_sandbox else "require")
     if args.csv:
         write_csv(rows, args.csv)
     for r in rows:

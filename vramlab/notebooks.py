@@ -72,13 +72,15 @@ def __getattr__(name):         # nbgrader is imported only by the nbgrader proce
 # Building the source notebook from a spec
 # --------------------------------------------------------------------------------------------------
 def _scale_zh(scale, kind: str = "train_step") -> str:
+    from .grader.kinds.common import explicit
+
     if kind == "max_batch":
         text = f"模型 `{scale.model}`，序列长度 {scale.seq}"
     elif kind == "call":
         text = f"batch {scale.batch}，序列长度 {scale.seq}"
     else:
         text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
-    shown = {k: v for k, v in scale.extra.items() if k not in _GRADER_ONLY}
+    shown = {k: v for k, v in explicit(scale.settings).items() if k not in _GRADER_ONLY}
     if shown:
         text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(shown.items()))
     return text

@@ -26,7 +26,7 @@ def exercise_table(src_uri: str) -> str:
     rows = ["| 编号 | 章节 | 练习 | 评什么 |", "|---|---|---|---|"]
     for spec in EXERCISES.values():
         judged = _JUDGED_ZH.get(spec.kind) or _JUDGED_ZH.get(spec.metric, "峰值显存")
-        ranks = spec.ci.extra.get("world_size", 1)
+        ranks = spec.ci.settings.world_size
         where = f"（{ranks} 个进程）" if ranks > 1 else ""
         rows.append(f"| `{spec.id}` | [第 {spec.chapter} 章]({up}chapters/ch{spec.chapter:02d}.md) | {spec.title} | "
                     f"{judged}{where} |")

@@ -7,6 +7,7 @@ under bf16 autocast for "bf16-mixed"), and the truth is parameters + gradients +
 `dev.breakdown(at_peak=False)` just before `zero_grad` (allocator rounding and AdamW's per-tensor
 `step` scalars included; buffers are not parameters and these presets have none that count).
 """
+from ..grader.kinds import estimate
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -59,16 +60,16 @@ SPEC = ExerciseSpec(
     signature="def estimate_static_bytes(n_params, optimizer, precision):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=1, seq=16, steps=1, warmup=0, extra={
-        "visible": 9,
-        "cases": [("tiny", o, p, False) for o, p in _ALL]
+    ci=Scale(model="tiny", batch=1, seq=16, steps=1, warmup=0, settings=estimate.Settings(
+        visible=9,
+        cases=[("tiny", o, p, False) for o, p in _ALL]
         + [("llama-tiny", "adamw", "bf16", False), ("llama-tiny", "sgdm", "bf16-mixed", False),
            ("gpt2-mini", "adamw", "bf16-mixed", True), ("gpt2-mini", "sgd", "bf16", True),
-           ("gpt2-mini", "sgdm", "fp32", True)]}),
-    gpu=Scale(model="gpt2-small", batch=1, seq=16, steps=1, warmup=0, extra={
-        "visible": 9,
-        "cases": [("tiny", o, p, False) for o, p in _ALL]
-        + [("gpt2-small", o, p, True) for o, p in _ALL] + [("gpt2-medium", "adamw", "bf16-mixed", True)]}),
+           ("gpt2-mini", "sgdm", "fp32", True)])),
+    gpu=Scale(model="gpt2-small", batch=1, seq=16, steps=1, warmup=0, settings=estimate.Settings(
+        visible=9,
+        cases=[("tiny", o, p, False) for o, p in _ALL]
+        + [("gpt2-small", o, p, True) for o, p in _ALL] + [("gpt2-medium", "adamw", "bf16-mixed", True)])),
     target_ratio=0.05,
     kind="estimate",
     points=10,

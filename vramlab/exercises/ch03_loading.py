@@ -5,6 +5,7 @@ every parameter bf16, on the device, the same values as the trusted starter's mo
 projections, tolerance `rtol`), and the peak while loading. `MODEL_NAME` in the learner's module
 is set by the harness to this scale's preset (ci: tiny, gpu: gpt2-small) after the code is loaded.
 """
+from ..grader.kinds import load
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -64,9 +65,10 @@ SPEC = ExerciseSpec(
     signature="def load_model(device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=1, seq=1, steps=1, warmup=0, extra={"MODEL_NAME": "tiny", "max_model_multiple": 1.5}),
+    ci=Scale(model="tiny", batch=1, seq=1, steps=1, warmup=0,
+             settings=load.Settings(MODEL_NAME="tiny", max_model_multiple=1.5)),
     gpu=Scale(model="gpt2-small", batch=1, seq=1, steps=1, warmup=0,
-              extra={"MODEL_NAME": "gpt2-small", "max_model_multiple": 1.5}),
+              settings=load.Settings(MODEL_NAME="gpt2-small", max_model_multiple=1.5)),
     target_ratio=0.70,
     rtol=1e-2,
     kind="load",

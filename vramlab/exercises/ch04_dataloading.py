@@ -11,6 +11,7 @@ bytes of activations per token, so a dataset as large as the training peak takes
 than fit in a CPU test. A 4-wide, 1-layer GPT-2 with an 8-token vocabulary keeps ~600 B/token and
 the simulated cuBLAS workspaces (64 MiB, independent of everything) are off, so 48 steps suffice.
 """
+from ..grader.kinds import train_epoch
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -77,9 +78,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=512, seq=16, steps=1, warmup=0,
-             extra={"config": CI_CONFIG, "n_samples": 24576, "cublas_workspace": False}),
+             settings=train_epoch.Settings(config=CI_CONFIG, n_samples=24576, cublas_workspace=False)),
     gpu=Scale(model="tiny", batch=256, seq=64, steps=1, warmup=0,
-              extra={"config": GPU_CONFIG, "n_samples": 262144}),
+              settings=train_epoch.Settings(config=GPU_CONFIG, n_samples=262144)),
     target_ratio=0.80,
     rtol=1e-4,
     atol=1e-5,

@@ -6,6 +6,7 @@ and parameter update against the same rank of the trusted starter run, and the w
 steady peak. The simulated cuBLAS workspaces are off at ci scale (a fixed 64 MiB for both codes
 would hide the one gradient-sized buffer this exercise is about).
 """
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -81,8 +82,8 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=64, steps=3, warmup=1,
-             extra={"world_size": 2, "cublas_workspace": False}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, extra={"world_size": 2}),
+             settings=train_step.Settings(world_size=2, cublas_workspace=False)),
+    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, settings=train_step.Settings(world_size=2)),
     target_ratio=0.93,
     points=10,
     hints=(

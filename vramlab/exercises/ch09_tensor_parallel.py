@@ -7,6 +7,7 @@ every rank's output against the starter's and on the worst rank's peak. The simu
 workspaces (32 MiB each, the same for both codes) are off at ci scale: at this size they would hide
 the weights and activations that tensor parallelism splits.
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -68,9 +69,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=1, warmup=0,
-             extra={"case": "tp_mlp", "d_model": 512, "world_size": 2, "cublas_workspace": False}),
+             settings=call.Settings(case="tp_mlp", d_model=512, world_size=2, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=1, warmup=0,
-              extra={"case": "tp_mlp", "d_model": 4096, "world_size": 2}),
+              settings=call.Settings(case="tp_mlp", d_model=4096, world_size=2)),
     target_ratio=0.65,
     rtol=1e-4,
     points=10,

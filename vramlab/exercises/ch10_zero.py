@@ -7,6 +7,7 @@ state across the 2 ranks saves a quarter of the model states (16 -> 12 bytes per
 cuBLAS workspaces are off at ci scale, as in ch08.
 """
 from .ch08_allreduce import averaged_train_step
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale
 
 STARTER = averaged_train_step("""普通的数据并行（DDP 的做法）：梯度求平均后，每个 rank 都用完整的 AdamW 更新全部参数，
@@ -58,8 +59,8 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=64, steps=3, warmup=1,
-             extra={"world_size": 2, "cublas_workspace": False}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, extra={"world_size": 2}),
+             settings=train_step.Settings(world_size=2, cublas_workspace=False)),
+    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, settings=train_step.Settings(world_size=2)),
     target_ratio=0.9,
     points=10,
     hints=(

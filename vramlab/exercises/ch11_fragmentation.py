@@ -7,6 +7,7 @@ reserved may not exceed the starter's. `empty_cache()` is refused like everywher
 it hides the waste for a moment and costs synchronisations, it does not remove its cause.
 The simulated cuBLAS workspaces are off at ci scale (they are one fixed block for both codes).
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -65,9 +66,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=1, seq=1, steps=1, warmup=0,
-             extra={"case": "fragmentation", "d_model": 256, "lengths": LENGTHS, "cublas_workspace": False}),
+             settings=call.Settings(case="fragmentation", d_model=256, lengths=LENGTHS, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=1, seq=1, steps=1, warmup=0,
-              extra={"case": "fragmentation", "d_model": 1024, "lengths": LENGTHS}),
+              settings=call.Settings(case="fragmentation", d_model=1024, lengths=LENGTHS)),
     target_ratio=0.5,
     rtol=1e-5,
     points=10,

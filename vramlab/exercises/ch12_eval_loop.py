@@ -4,6 +4,7 @@ Kind "call" (case eval_loop): the harness builds the model and `n_batches` batch
 resets the peak and calls `evaluate(model, batches, device)` once; judged on the returned mean loss
 (against the starter's) and the peak (against the starter's), and the model must come out unchanged.
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -54,9 +55,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=1, warmup=0,
-             extra={"case": "eval_loop", "n_batches": 4, "config": {"n_layer": 4}}),
+             settings=call.Settings(case="eval_loop", n_batches=4, config={"n_layer": 4})),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=1, warmup=0,
-              extra={"case": "eval_loop", "n_batches": 8}),
+              settings=call.Settings(case="eval_loop", n_batches=8)),
     target_ratio=0.5,
     rtol=1e-5,
     points=10,

@@ -3,10 +3,11 @@
 Kind "max_batch": the harness builds the model, takes one step at batch 1 (so the optimizer state
 exists), then shrinks the device to a virtual card of `budget_mib`. `find_max_batch(try_step,
 device)` may call `try_step(n)`, which runs one full training step at batch n (trusted code) and
-raises torch.OutOfMemoryError when it does not fit. After the learner answers, the harness itself
-checks that the answer fits and answer + 1 does not; the number of trials may not exceed
-`core.max_trials(answer)` (doubling then bisection needs about 2·log2(answer)).
+raises torch.OutOfMemoryError when it does not fit. The answer must equal the trusted starter's
+(a linear search, checked to be one); the number of trials may not exceed
+`vramlab.grader.kinds.max_batch.max_trials(answer)` (doubling then bisection needs about 2·log2(answer)).
 """
+from ..grader.kinds import max_batch
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -70,9 +71,10 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=1, seq=32, steps=1, warmup=0,
-             extra={"budget_mib": 128, "max_batch_allowed": 4096, "config": {"n_layer": 4}, "cublas_workspace": False}),
+             settings=max_batch.Settings(budget_mib=128, max_batch_allowed=4096, config={"n_layer": 4},
+                                         cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=1, seq=1024, steps=1, warmup=0,
-              extra={"budget_mib": 16 * 1024, "max_batch_allowed": 4096}),
+              settings=max_batch.Settings(budget_mib=16 * 1024, max_batch_allowed=4096)),
     target_ratio=1.0,
     points=10,
     kind="max_batch",

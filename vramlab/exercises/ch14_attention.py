@@ -7,6 +7,7 @@ simulated cuBLAS workspaces are off at ci scale: the starter's matmuls would cre
 the fused kernel none, and at this size that difference alone would decide the ratio and fail a
 correct chunked solution (which still multiplies matrices).
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -58,9 +59,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=512, steps=1, warmup=0,
-             extra={"case": "attention", "heads": 4, "head_dim": 32, "cublas_workspace": False}),
+             settings=call.Settings(case="attention", heads=4, head_dim=32, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=2048, steps=1, warmup=0,
-              extra={"case": "attention", "heads": 12, "head_dim": 64}),
+              settings=call.Settings(case="attention", heads=12, head_dim=64)),
     target_ratio=0.5,
     rtol=1e-4,
     points=10,

@@ -2,8 +2,9 @@
 
 Kind "call" (case embedding): the table ([vocab, d], fp32) lives in HOST memory, the ids on the
 device; `embed(ids, table, device)` returns the embeddings on the device. Host memory is the point
-of this exercise, so `device.host()` / `device.to_host()` are allowed here (extra allow_host).
+of this exercise, so `device.host()` / `device.to_host()` are allowed here (settings.allow_host).
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -49,9 +50,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=256, steps=1, warmup=0,
-             extra={"case": "embedding", "vocab": 50257, "d_model": 256, "allow_host": True}),
+             settings=call.Settings(case="embedding", vocab=50257, d_model=256, allow_host=True)),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=1, warmup=0,
-              extra={"case": "embedding", "vocab": 128256, "d_model": 4096, "allow_host": True}),
+              settings=call.Settings(case="embedding", vocab=128256, d_model=4096, allow_host=True)),
     target_ratio=0.25,
     rtol=0.0,
     points=10,

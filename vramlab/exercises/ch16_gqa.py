@@ -7,6 +7,7 @@ scale (the fused kernel uses none; see ch14). The gpu scale runs in bf16: on CUD
 (`enable_gqa=True`) only from the flash kernel, which needs fp16/bf16 (fp32 would fall back to the
 math kernel, which copies K/V and keeps the S x S matrix); hence rtol 1e-2 (bf16 rounding).
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -52,9 +53,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=512, steps=1, warmup=0,
-             extra={"case": "gqa_attention", "heads": 8, "kv_heads": 2, "head_dim": 64, "cublas_workspace": False}),
+             settings=call.Settings(case="gqa_attention", heads=8, kv_heads=2, head_dim=64, cublas_workspace=False)),
     gpu=Scale(model="llama-1b", batch=4, seq=4096, steps=1, warmup=0,
-              extra={"case": "gqa_attention", "heads": 32, "kv_heads": 8, "head_dim": 64, "dtype": "bfloat16"}),
+              settings=call.Settings(case="gqa_attention", heads=32, kv_heads=8, head_dim=64, dtype="bfloat16")),
     target_ratio=0.75,
     rtol=1e-2,
     points=10,

@@ -4,6 +4,7 @@ Kind "call" (case moe): x [tokens, d], router [E, d], expert weights w_in [E, 4d
 [E, d, 4d] on the device; `moe_forward` returns the top-k mixture (softmax over the top-k router
 logits, GELU experts), forward only. cuBLAS workspaces are off at ci scale.
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -62,9 +63,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=1, warmup=0,
-             extra={"case": "moe", "d_model": 256, "experts": 8, "top_k": 2, "cublas_workspace": False}),
+             settings=call.Settings(case="moe", d_model=256, experts=8, top_k=2, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=1, warmup=0,
-              extra={"case": "moe", "d_model": 1024, "experts": 8, "top_k": 2}),
+              settings=call.Settings(case="moe", d_model=1024, experts=8, top_k=2)),
     target_ratio=0.7,
     rtol=1e-4,
     points=10,

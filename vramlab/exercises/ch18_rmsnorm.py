@@ -6,6 +6,7 @@ per layer on the device; the harness runs a residual stack of pre-norm layers
 compared with the starter's (bf16 rounding: rtol 1e-2 on the projections). One layer would only
 measure backward temporaries; a stack measures what each call keeps for backward, as a model does.
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -72,9 +73,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=512, steps=1, warmup=0,
-             extra={"case": "rms_norm", "hidden": 1024, "layers": 8, "dtype": "bfloat16"}),
+             settings=call.Settings(case="rms_norm", hidden=1024, layers=8, dtype="bfloat16")),
     gpu=Scale(model="gpt2-small", batch=8, seq=4096, steps=1, warmup=0,
-              extra={"case": "rms_norm", "hidden": 4096, "layers": 16, "dtype": "bfloat16"}),
+              settings=call.Settings(case="rms_norm", hidden=4096, layers=16, dtype="bfloat16")),
     target_ratio=0.75,
     rtol=1e-2,
     points=10,

@@ -2,10 +2,11 @@
 
 Kind "train_step": the plain contract of chapters 5-7 (GPT-2 and torch AdamW built by the grader),
 judged on the same losses and parameter updates as the starter and the steady peak. Host memory is
-the point here (extra allow_host): `device.host()` / `to_host()` are allowed, an optimizer over host
+the point here (settings.allow_host): `device.host()` / `to_host()` are allowed, an optimizer over host
 copies of the parameters is allowed, and the physical floor is parameters + gradients (the two
 AdamW states may legitimately leave the device).
 """
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale, plain_train_step
 
 STARTER = plain_train_step('普通的一步：AdamW 的一阶矩、二阶矩（每个参数 8 字节）都在显存里，\n再加上 foreach 实现的临时张量，优化器一步的峰值比参数和梯度加起来还高。')
@@ -62,9 +63,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=3, warmup=1,
-             extra={"allow_host": True, "cublas_workspace": False,
-                    "config": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}}),
-    gpu=Scale(model="gpt2-small", batch=4, seq=512, steps=3, warmup=1, extra={"allow_host": True}),
+             settings=train_step.Settings(allow_host=True, cublas_workspace=False,
+                                          config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),
+    gpu=Scale(model="gpt2-small", batch=4, seq=512, steps=3, warmup=1, settings=train_step.Settings(allow_host=True)),
     target_ratio=0.75,
     points=10,
     hints=(

@@ -7,6 +7,7 @@ optimizer.step): every gradient is alive at the end of backward, and AdamW's for
 come on top. cuBLAS workspaces are off at ci scale (a fixed 64 MiB would hide the difference).
 """
 from .ch08_allreduce import averaged_train_step
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale
 
 STARTER = averaged_train_step("""数据并行的一步：反向全部结束以后，才逐个参数原地 AllReduce，再统一 optimizer.step()。
@@ -60,9 +61,10 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=3, warmup=1,
-             extra={"world_size": 2, "cublas_workspace": False, "floor_copies": 3,
-                    "config": {"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024}}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, extra={"world_size": 2, "floor_copies": 3}),
+             settings=train_step.Settings(world_size=2, cublas_workspace=False, floor_copies=3,
+                                          config={"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024})),
+    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1,
+              settings=train_step.Settings(world_size=2, floor_copies=3)),
     target_ratio=0.85,
     points=10,
     hints=(

@@ -1,10 +1,11 @@
 """第 21 章 找出并修好一处显存泄漏（ch21-leak）.
 
-Kind "train_step" with extra["learner_budget_mib"]: the learner's run is on a virtual card that the
+Kind "train_step" with settings.learner_budget_mib: the learner's run is on a virtual card that the
 leaky starter overflows after a few steps (it keeps every step's logits, B x S x V floats, in a list
 on the model); the trusted starter runs without the budget and gives the losses, the update and the
 baseline peak. cuBLAS workspaces are off at ci scale.
 """
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -61,9 +62,10 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=5, warmup=1,
-             extra={"cublas_workspace": False, "learner_budget_mib": 160,
-                    "config": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=5, warmup=1, extra={"learner_budget_mib": 9216}),
+             settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=160,
+                                          config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),
+    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=5, warmup=1,
+              settings=train_step.Settings(learner_budget_mib=9216)),
     target_ratio=0.8,
     points=10,
     hints=(

@@ -4,6 +4,7 @@ Kind "call" (case int8_linear): x [tokens, d_in] float32, weight_int8 [d_out, d_
 scale per output channel (absmax / 127), all on the device; `int8_linear` returns
 x @ (weight_int8 * scale[:, None]).T, forward only. cuBLAS workspaces are off at ci scale.
 """
+from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale
 
 STARTER = '''\
@@ -52,9 +53,9 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=1, warmup=0,
-             extra={"case": "int8_linear", "d_in": 2048, "d_out": 4096, "cublas_workspace": False}),
+             settings=call.Settings(case="int8_linear", d_in=2048, d_out=4096, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=1, warmup=0,
-              extra={"case": "int8_linear", "d_in": 8192, "d_out": 28672}),
+              settings=call.Settings(case="int8_linear", d_in=8192, d_out=28672)),
     target_ratio=0.5,
     rtol=1e-4,
     points=10,

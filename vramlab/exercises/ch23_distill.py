@@ -1,10 +1,11 @@
 """第 23 章 在线蒸馏：教师只做推理（ch23-distill）.
 
 Kind "distill_step": the student is the job's model (trained by the grader's AdamW), the teacher a
-bigger model of the same family built from extra["teacher_config"], both on the device with every
+bigger model of the same family built from settings.teacher_config, both on the device with every
 parameter requiring grad (as loaded). The train_step judge applies to the student; the teacher must
 come back unchanged. cuBLAS workspaces are off at ci scale.
 """
+from ..grader.kinds import distill_step
 from .spec import ExerciseSpec, Scale
 
 def _distill_step(doc: str, teacher_forward: str) -> str:
@@ -57,11 +58,13 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=64, steps=3, warmup=1,
-             extra={"cublas_workspace": False,
-                    "config": {"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 4096},
-                    "teacher_config": {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 4096}}),
+             settings=distill_step.Settings(
+                 cublas_workspace=False,
+                 config={"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 4096},
+                 teacher_config={"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 4096})),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1,
-              extra={"config": {"n_layer": 6}, "teacher_config": {"n_layer": 24, "n_embd": 1024, "n_head": 16}}),
+              settings=distill_step.Settings(config={"n_layer": 6},
+                                             teacher_config={"n_layer": 24, "n_embd": 1024, "n_head": 16})),
     target_ratio=0.7,
     points=10,
     kind="distill_step",

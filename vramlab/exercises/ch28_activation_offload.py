@@ -1,10 +1,11 @@
 """第 28 章 激活值卸载到主存（ch28-activation-offload）.
 
-Kind "train_step" with host memory allowed (extra allow_host): the plain step keeps every tensor saved
+Kind "train_step" with host memory allowed (settings.allow_host): the plain step keeps every tensor saved
 for backward on the device; with `device.save_on_cpu()` (vramlab's `torch.autograd.graph.save_on_cpu`)
 they wait in host memory and come back one at a time during backward. Activations dominate this
 workload (4 layers, batch 8 x 128); cuBLAS workspaces are off at ci scale.
 """
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale, plain_train_step
 
 STARTER = plain_train_step('普通的一步：前向为反向保存的激活值全部留在显存里，\n直到反向用完才释放。层数、batch 和序列越大，这部分越是峰值的大头。')
@@ -43,9 +44,10 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=3, warmup=1,
-             extra={"allow_host": True, "cublas_workspace": False,
-                    "config": {"n_layer": 4, "n_embd": 256, "n_head": 4}}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1, extra={"allow_host": True}),
+             settings=train_step.Settings(allow_host=True, cublas_workspace=False,
+                                          config={"n_layer": 4, "n_embd": 256, "n_head": 4})),
+    gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1,
+              settings=train_step.Settings(allow_host=True)),
     target_ratio=0.6,
     points=10,
     hints=(

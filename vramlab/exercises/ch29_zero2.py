@@ -8,6 +8,7 @@ half the gradients and half the states (2.5 copies of the parameters on the wors
 workspaces are off at ci scale.
 """
 from .ch10_zero import SOLUTION as ZERO1
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale
 
 STARTER = ZERO1.replace('''    """ZeRO-1：每个 rank 只为自己负责的那一份参数保存 AdamW 状态、只更新那一份，
@@ -75,9 +76,10 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=3, warmup=1,
-             extra={"world_size": 2, "cublas_workspace": False, "floor_copies": 2.5,
-                    "config": {"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024}}),
-    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, extra={"world_size": 2, "floor_copies": 2.5}),
+             settings=train_step.Settings(world_size=2, cublas_workspace=False, floor_copies=2.5,
+                                          config={"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024})),
+    gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1,
+              settings=train_step.Settings(world_size=2, floor_copies=2.5)),
     target_ratio=0.92,
     points=10,
     hints=(

@@ -1,11 +1,12 @@
 """第 30 章 综合调优：把一步训练装进一张放不下它的卡（ch30-capstone）.
 
-Kind "train_step" on a virtual card (extra learner_budget_mib) that the plain FP32 AdamW step
+Kind "train_step" on a virtual card (settings.learner_budget_mib) that the plain FP32 AdamW step
 overflows; the trusted starter runs without the budget and gives the baseline. Host memory is
 allowed (offload), and the correctness tolerances are loose enough for bf16 autocast and 8-bit
 optimizer states (rtol 2e-2 on the losses, 10% on the update). The judge reports, per memory
-category, how much the learner saved against the starter at the peak (extra report_savings).
+category, how much the learner saved against the starter at the peak (settings.report_savings).
 """
+from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale, plain_train_step
 
 STARTER = plain_train_step('''最朴素的一步：FP32 权重、FP32 激活值、整批一次前向、torch 的 AdamW（每个参数 8 字节状态）。
@@ -56,12 +57,12 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=3, warmup=1,
-             extra={"cublas_workspace": False, "allow_host": True, "learner_budget_mib": 110, "report_savings": True,
-                    "bitsandbytes": True,
-                    "config": {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 8192}}),
+             settings=train_step.Settings(cublas_workspace=False, allow_host=True, learner_budget_mib=110,
+                                          report_savings=True, bitsandbytes=True,
+                                          config={"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),
     gpu=Scale(model="gpt2-medium", batch=8, seq=1024, steps=3, warmup=1,
-              extra={"allow_host": True, "learner_budget_mib": 16384, "report_savings": True,
-                     "bitsandbytes": True}),
+              settings=train_step.Settings(allow_host=True, learner_budget_mib=16384, report_savings=True,
+                                           bitsandbytes=True)),
     target_ratio=0.5,
     rtol=2e-2,
     atol=1e-3,

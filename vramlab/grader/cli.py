@@ -27,7 +27,7 @@ def cmd_grade(args):
 
     get_exercise(args.exercise)          # unknown id: KeyError -> exit 2 with the Chinese message
     result = grade_file(args.exercise, args.path, backend=args.backend, scale=args.scale,
-                        timeout_s=args.timeout)
+                        timeout_s=args.timeout, sandbox="off" if args.no_sandbox else args.sandbox)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
@@ -38,7 +38,8 @@ def cmd_grade(args):
 def cmd_grade_bench(args):
     from .bench import run
 
-    run(as_json=args.json, scale=args.scale, measure_starters=args.starters)
+    run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
+        only=args.only.split(",") if args.only else None, sandbox="off" if args.no_sandbox else "auto")
     return 0
 
 
@@ -46,18 +47,23 @@ def add_commands(sub):
     e = sub.add_parser("exercises", help="列出评分练习（编号、函数、目标、分值、notebook 路径）")
     e.add_argument("--json", action="store_true", help="输出 JSON")
     e.set_defaults(func=cmd_exercises)
-    g = sub.add_parser("grade", help="评分：在隔离的子进程里运行提交的函数，对比起始代码的峰值显存与结果")
+    g = sub.add_parser("grade", help="评分：在操作系统沙箱里运行提交的函数，对比起始代码的峰值显存与结果")
     g.add_argument("exercise", help="练习编号，例如 ch05-accumulation（见 vramlab exercises）")
     g.add_argument("path", help="提交的 .ipynb 或 .py 文件")
     g.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
     g.add_argument("--backend", choices=("sim", "cuda"), default="sim")
     g.add_argument("--scale", choices=("ci", "gpu"), default="ci")
     g.add_argument("--timeout", type=float, default=None, help="提交代码的运行时限（秒）")
+    g.add_argument("--sandbox", choices=("auto", "require"), default="auto",
+                   help="auto（默认）：有 bubblewrap 就在操作系统沙箱里运行，没有就警告；require：没有沙箱就拒绝评分（正式评分用）")
+    g.add_argument("--no-sandbox", action="store_true", help="不用沙箱（只在信任提交者时使用）")
     g.set_defaults(func=cmd_grade)
     b = sub.add_parser("grade-bench", help="用参考答案给每个练习评分一次，打印每个练习的耗时")
     b.add_argument("--json", action="store_true")
     b.add_argument("--scale", choices=("ci", "gpu"), default="ci")
     b.add_argument("--starters", action="store_true", help="同时给起始代码评分（应当不通过）")
+    b.add_argument("--only", help="只评这些练习（逗号分隔的编号）")
+    b.add_argument("--no-sandbox", action="store_true", help="不用操作系统沙箱（对比沙箱的开销）")
     b.set_defaults(func=cmd_grade_bench)
 
 

@@ -5,7 +5,7 @@ from ..units import fmt_bytes
 
 
 def format_result(r: dict) -> str:
-    lines = []
+    lines = list(r.get("warnings") or [])        # e.g. no OS sandbox on this machine
     status = "✅ 通过" if r.get("passed") else "❌ 未通过"
     lines.append(f"{status}  练习 {r['exercise']}  得分 {r['score']}/{r['max_score']}"
                  f"（{'模拟设备' if r.get('backend') == 'sim' else 'CUDA'}，规模 {r.get('scale')}）")

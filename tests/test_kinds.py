@@ -1,0 +1,397 @@
+"""Exercise kinds (vramlab.grader.kinds) without child processes: the registry and its contract,
+typed settings, the payload checks, every judge on hand-made payloads (truths from the trusted
+run, malformed learner payloads -> "tamper"), and the technique probe on a small model in-process."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+
+import pytest
+
+from vramlab.exercises import EXERCISES, get_exercise
+from vramlab.exercises.spec import criteria_zh
+from vramlab.grader import core
+from vramlab.grader.kinds import CONTRACT, KINDS, get_kind, settings_from, technique
+from vramlab.grader.kinds.common import (BOOL, INT, NUM, STR, CommonSettings, explicit, list_of,
+                                         malformed, optional, pair, record)
+
+
+def result_for(spec) -> dict:
+    return core._base_result(spec, "sim", "ci")
+
+
+# ---- registry and contract ---------------------------------------------------------------------------
+def test_every_spec_kind_is_registered_and_every_kind_is_used():
+    assert {s.kind for s in EXERCISES.values()} == set(KINDS)
+    with pytest.raises(KeyError, match="unknown exercise kind"):
+        get_kind("nope")
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_kind_module_exports_the_contract(name):
+    kind = KINDS[name]
+    for attr in CONTRACT:
+        assert hasattr(kind, attr), f"{name} lacks {attr}"
+    assert dataclasses.is_dataclass(kind.Settings) and issubclass(kind.Settings, CommonSettings)
+    assert kind.Settings.__dataclass_params__.frozen
+    assert isinstance(kind.PERMISSIONS, frozenset) and isinstance(kind.OBSERVED, bool)
+    for fn in ("permissions", "observed", "scenario", "judge", "criteria_zh"):
+        assert callable(getattr(kind, fn))
+
+
+@pytest.mark.parametrize("exercise_id", list(EXERCISES))
+def test_spec_settings_are_the_kinds_and_survive_the_job(exercise_id):
+    spec = get_exercise(exercise_id)
+    kind = get_kind(spec.kind)
+    for scale in ("ci", "gpu"):
+        settings = getattr(spec, scale).settings
+        assert type(settings) is kind.Settings
+        job = json.loads(json.dumps(core._job(spec, scale, "sim")))
+        assert "extra" not in job and settings_from(spec.kind, job["settings"]) == settings
+        assert job["world_size"] == settings.world_size and job["config"] == settings.config
+        perms = kind.permissions(settings)
+        assert isinstance(perms, frozenset) and ("host" in perms) == settings.allow_host
+        assert kind.observed(settings) is (spec.kind not in ("estimate", "max_batch") and not settings.allow_host)
+    assert criteria_zh(spec) and all(isinstance(line, str) and line.startswith("- ") for line in criteria_zh(spec))
+
+
+def test_monitor_may_reset_the_peak_and_nothing_else_may():
+    assert get_kind("monitor").permissions(get_exercise("ch02-monitor").ci.settings) == {"reset_peak"}
+    assert get_kind("train_step").permissions(get_exercise("ch05-accumulation").ci.settings) == frozenset()
+
+
+# ---- settings -------------------------------------------------------------------------------------------
+def test_unknown_setting_is_refused_with_the_known_ones():
+    with pytest.raises(TypeError, match=r"unknown setting\(s\) \['micro_bach'\].*learner_budget_mib"):
+        get_kind("train_step").Settings(micro_bach=4)
+
+
+@pytest.mark.parametrize("kind, kwargs, match", [
+    ("train_step", {"world_size": "2"}, "world_size"),
+    ("train_step", {"world_size": True}, "world_size"),
+    ("train_step", {"config": [("n_layer", 2)]}, "config"),
+    ("estimate", {"cases": [("tiny", "adamw", "fp32")]}, "cases"),
+    ("call", {"case": "nope"}, "unknown case"),
+    ("call", {"case": "tp_mlp"}, "needs"),
+    ("call", {"case": "tp_mlp", "d_model": 8, "heads": 2}, "does not read"),
+    ("finetune", {"method": "lora2", "same_start": True, "max_trainable_share": 0.1}, "unknown"),
+])
+def test_settings_check_types_and_case_knobs(kind, kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        get_kind(kind).Settings(**kwargs)
+
+
+def test_settings_accept_json_lists_and_show_only_what_a_spec_chose():
+    s = get_kind("estimate").Settings(cases=[["tiny", "sgd", "fp32", False]], visible=1)
+    assert s.cases == (("tiny", "sgd", "fp32", False),)
+    assert explicit(s) == {"cases": (("tiny", "sgd", "fp32", False),), "visible": 1}
+    assert explicit(get_kind("train_step").Settings(world_size=2)) == {"world_size": 2}
+    assert get_kind("finetune").Settings(method="lora", same_start=False, max_trainable_share=0.1).same_start is False
+
+
+def test_a_spec_with_the_wrong_settings_class_fails_when_built():
+    spec = get_exercise("ch05-accumulation")
+    wrong = dataclasses.replace(spec.ci, settings=get_kind("call").Settings(case="eval_loop", n_batches=2))
+    with pytest.raises(TypeError, match="train_step.Settings"):
+        dataclasses.replace(spec, ci=wrong)
+    with pytest.raises(ValueError, match="technique"):
+        dataclasses.replace(spec, technique="telepathy")
+
+
+# ---- payload checks --------------------------------------------------------------------------------------
+def test_malformed_names_the_field_and_allows_what_the_harness_writes():
+    fields = dict(peak=INT, losses=list_of(NUM), name=STR, ok=BOOL, trials=list_of(pair(INT, BOOL)),
+                  extra=optional(record(n=INT)))
+    good = {"peak": 5, "losses": [1.0, math.nan, math.inf, 2], "name": "x", "ok": True, "trials": [[1, True]]}
+    assert malformed(good, **fields) is None
+    assert malformed(dict(good, extra=None), **fields) is None
+    cases = [
+        ({k: v for k, v in good.items() if k != "peak"}, "缺少字段 peak"),
+        (dict(good, peak=True), "peak 应当是非负整数"),
+        (dict(good, peak=-1), "peak 应当是非负整数"),
+        (dict(good, peak=2 ** 70), "peak 应当是非负整数"),
+        (dict(good, losses=[1.0, "2"]), r"losses\[1\] 应当是数"),
+        (dict(good, losses=[0.0] * 200_000), "losses 太长"),
+        (dict(good, losses={"a": 1}), "losses 应当是列表"),
+        (dict(good, trials=[[1, 1]]), r"trials\[0\]\[1\]"),
+        (dict(good, extra={"n": "x"}), r"extra\.n 应当是非负整数"),
+    ]
+    for payload, match in cases:
+        why = malformed(payload, **fields)
+        assert why and why.startswith("结果文件的格式不对：")
+        assert __import__("re").search(match, why), (match, why)
+    assert "应当是字典" in malformed([1, 2], **fields)
+    assert "应当是字典" in malformed(None, **fields)
+
+
+# ---- judges -------------------------------------------------------------------------------------------
+def training_payload(losses=(6.0, 5.5, 5.0), update=(1.0, -2.0, 0.5), peak=80 * 2 ** 20, probe=None, **more):
+    p = {"ok": True, "peak_bytes": peak, "losses": list(losses), "update": list(update), "param_count": 1000,
+         "step_seconds": 0.1, "static_bytes": 10 * 2 ** 20, "breakdown": {}}
+    if probe is not None:
+        p["technique"] = probe
+    p.update(more)
+    return p
+
+
+def probe_report(forwards=1, autocast=0, recomputed=0, saved=1000, dtype="torch.float32", steps=3):
+    return {"steps": [{"forwards": forwards, "autocast": autocast, "recomputed": recomputed, "block_saved_bytes": saved}
+                      for _ in range(steps)],
+            "blocks": 6, "autocast_dtypes": ["torch.bfloat16"] if autocast else [],
+            "dtypes": {"parameters": [dtype], "gradients": [dtype], "optimizer_state": [dtype]},
+            "final_parameter_dtypes": [dtype]}
+
+
+def judge(exercise_id, bp, sp):
+    spec = get_exercise(exercise_id)
+    return core._judged(get_kind(spec.kind), spec, result_for(spec), bp, sp)
+
+
+def test_training_judge_passes_fails_and_refuses_malformed():
+    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report())
+    ok = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report(forwards=4)))
+    assert ok["passed"] and ok["category"] == "ok" and ok["ratio"] == 0.6
+    assert judge("ch05-accumulation", bp, training_payload(peak=90 * 2 ** 20, probe=probe_report(forwards=4)))[
+        "category"] == "too_much_memory"
+    one = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report(forwards=1)))
+    assert one["category"] == "technique" and "[1, 1, 1]" in one["reason"]
+    wrong = judge("ch05-accumulation", bp, training_payload(losses=(6.0, 5.0, 4.0), probe=probe_report(forwards=4)))
+    assert wrong["category"] == "incorrect"
+    below = judge("ch05-accumulation", bp, training_payload(peak=2 ** 20, probe=probe_report(forwards=4)))
+    assert below["category"] == "tamper"
+    for forged in [training_payload(peak="big"), training_payload(losses=[0.0] * 200_000), {"ok": True}, [1, 2],
+                   training_payload(probe=probe_report(forwards=4) | {"steps": "many"}),
+                   training_payload(update=[{"x": 1}])]:
+        r = judge("ch05-accumulation", bp, forged)
+        assert r["category"] == "tamper" and "结果文件的格式不对" in r["reason"], r["reason"]
+
+
+def test_checkpoint_technique_needs_recomputation_and_little_saved_in_blocks():
+    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report(saved=15_000_000))
+    ok = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20, probe=probe_report(recomputed=40, saved=0)))
+    assert ok["passed"], ok["reason"]
+    none = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20, probe=probe_report(forwards=2)))
+    assert none["category"] == "technique" and "没有检测到" in none["reason"]
+    fake = judge("ch07-checkpoint", bp,
+                 training_payload(peak=50 * 2 ** 20, probe=probe_report(recomputed=24, saved=15_000_000)))
+    assert fake["category"] == "technique" and "100%" in fake["reason"]
+
+
+def test_autocast_technique_needs_autocast_and_fp32_master_state():
+    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report())
+    ok = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report(autocast=1)))
+    assert ok["passed"], ok["reason"]
+    pure = judge("ch06-mixed-precision", bp,
+                 training_payload(peak=70 * 2 ** 20, probe=probe_report(autocast=1, dtype="torch.bfloat16")))
+    assert pure["category"] == "technique" and "torch.bfloat16" in pure["reason"] and "float32" in pure["reason"]
+    off = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report()))
+    assert off["category"] == "technique" and "autocast" in off["reason"]
+
+
+def test_monitor_truths_come_from_the_trusted_run():
+    names = ["transient", "keeps_output", "train_step"]
+    bp = {"answers": [{"case": n, "truth": t, "got": 1.0} for n, t in zip(names, (100, 200, 300))], "peak_bytes": 300}
+
+    def sp(truths, gots):
+        return {"answers": [{"case": n, "truth": t, "got": g} for n, t, g in zip(names, truths, gots)]}
+    assert judge("ch02-monitor", bp, sp((100, 200, 300), (100, 200, 300)))["passed"]
+    # the learner's process claims other truths and answers them: judged against the trusted ones
+    claimed = judge("ch02-monitor", bp, sp((150, 250, 350), (150, 250, 350)))
+    assert claimed["category"] == "incorrect" and claimed["baseline_peak_bytes"] in (100, 200, 300)
+    assert judge("ch02-monitor", bp, sp((50, 100, 150), (50, 100, 150)))["category"] == "tamper"
+    assert judge("ch02-monitor", bp, {"answers": sp((100, 200, 300), (100, 200, 300))["answers"][::-1]})[
+        "category"] == "tamper"
+    assert judge("ch02-monitor", bp, {"answers": [{"case": "transient", "truth": "x", "got": 1}]})["category"] == "tamper"
+
+
+def linear_trials(answer):
+    return [[n, True] for n in range(2, answer + 1)] + [[answer + 1, False]]
+
+
+def test_max_batch_answer_is_the_trusted_starters():
+    bp = {"answer": 20, "verified": True, "trials": linear_trials(20), "peak_bytes": 1}
+    good = {"answer": 20, "verified": True, "trials": [[1, True], [2, True], [4, True], [8, True], [16, True],
+                                                       [32, False], [24, False], [20, True], [22, False],
+                                                       [21, False]], "peak_bytes": 1}
+    assert judge("ch13-max-batch", bp, good)["passed"]
+    claimed = judge("ch13-max-batch", bp, dict(good, answer=22))        # "verified" in its own process: a claim
+    assert claimed["category"] == "incorrect" and "22" in claimed["reason"]
+    many = judge("ch13-max-batch", bp, dict(good, trials=linear_trials(20)))
+    assert many["category"] == "too_many_trials"
+    assert judge("ch13-max-batch", bp, dict(good, trials=[[1, "yes"]]))["category"] == "tamper"
+    for broken in [dict(bp, verified=False), dict(bp, trials=linear_trials(19)), dict(bp, answer=None)]:
+        with pytest.raises(core.GraderError):
+            judge("ch13-max-batch", broken, good)
+
+
+def test_estimate_truths_come_from_the_trusted_run():
+    spec = get_exercise("ch01-estimate")
+    n = len(spec.ci.settings.cases)
+    bp = {"cases": [[1000, "adamw", "fp32"]] * n, "truths": [16000] * n}
+    assert judge("ch01-estimate", bp, {"answers": [16000.0] * n, "truths": [1] * n})["passed"]
+    off = judge("ch01-estimate", bp, {"answers": [8000.0] * n})
+    assert off["category"] == "incorrect" and "50.0%" in off["reason"]
+    assert judge("ch01-estimate", bp, {"answers": [math.nan] * n})["category"] == "incorrect"
+    assert judge("ch01-estimate", bp, {"answers": ["16000"] * n})["category"] == "tamper"
+    with pytest.raises(core.GraderError):
+        judge("ch01-estimate", {"cases": bp["cases"], "truths": None}, {"answers": [1.0] * n})
+
+
+def test_call_load_and_finetune_judges():
+    bp = {"peak_bytes": 100, "metric_bytes": 100, "outputs": [[1.0, 2.0], [3.0]], "floor_bytes": 10}
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40))["passed"]
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40, outputs=[[1.0, 2.5], [3.0]]))[
+        "category"] == "incorrect"
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40, outputs=[[1.0]]))[
+        "category"] == "incorrect"
+    assert judge("ch14-attention", bp, dict(bp, outputs=[["a"]]))["category"] == "tamper"
+
+    lb = {"peak_bytes": 300, "model_bytes": 100, "param_count": 5, "dtypes": ["torch.bfloat16"], "on_device": True,
+          "fingerprint": [1.0, 2.0]}
+    assert judge("ch03-loading", lb, dict(lb, peak_bytes=120))["passed"]
+    assert judge("ch03-loading", lb, dict(lb, peak_bytes=120, dtypes=["torch.float32"]))["category"] == "incorrect"
+    assert judge("ch03-loading", lb, dict(lb, on_device="yes"))["category"] == "tamper"
+
+    fb = {"peak_bytes": 100, "losses": [5.0, 4.0], "trainable": 1000, "total": 1000, "static_bytes": 10}
+    mine = {"peak_bytes": 40, "losses": [5.0, 4.5], "trainable": 10, "total": 1000}
+    assert judge("ch24-lora", fb, mine)["passed"]
+    assert judge("ch24-lora", fb, dict(mine, trainable=500))["category"] == "incorrect"
+    assert judge("ch24-lora", fb, dict(mine, total=-1))["category"] == "tamper"
+
+
+# ---- the technique probe, in-process on a small GPT-2 --------------------------------------------------------
+STEP = '''
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+
+def train_step(model, optimizer, batch, device):
+{body}
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss)
+'''
+PLAIN = "    loss = model(input_ids=batch, labels=batch).loss\n    loss.backward()"
+HF = "    model.gradient_checkpointing_enable({kwargs})\n" + PLAIN
+WRAP = '''    for block in {blocks}:
+        if not hasattr(block, "_plain"):
+            block._plain = block.forward
+            block.forward = lambda *a, _f=block._plain, **k: checkpoint(_f, *a, use_reentrant=False, **k)
+''' + PLAIN
+SEQUENTIAL = '''    t = model.transformer
+    h = t.drop(t.wte(batch) + t.wpe(torch.arange(batch.shape[1]))[None])
+    h = checkpoint_sequential(list(t.h), len(t.h), h, use_reentrant=False)
+    logits = model.lm_head(t.ln_f(h))
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+    loss.backward()'''
+ACCUMULATE = '''    total = 0.0
+    for chunk in batch.split(batch.shape[0] // 2):
+        part = model(input_ids=chunk, labels=chunk).loss / 2
+        part.backward()
+        total += part.item()
+    loss = total'''
+EXTRA_NO_GRAD_BLOCK = ACCUMULATE + '''
+    with torch.no_grad():
+        model.transformer.h[0](model.transformer.wte(batch[:1]))'''
+BLOCK_IN_BACKWARD = '''    x = model.transformer.wte(batch[:1]).detach()
+
+    def rerun(grad):
+        with torch.no_grad():
+            model.transformer.h[0](x)
+        return grad
+    total = 0.0
+    for chunk in batch.split(batch.shape[0] // 2):
+        out = model(input_ids=chunk, labels=chunk)
+        out.logits.register_hook(rerun)
+        part = out.loss / 2
+        part.backward()
+        total += part.item()
+    loss = total'''
+AUTOCAST = "    with torch.autocast(device.type, dtype=torch.{dtype}):\n        loss = model(input_ids=batch, labels=batch).loss\n"
+SCALER = '''    if not hasattr(model, "_scaler"):
+        model._scaler = torch.amp.GradScaler(device.type)
+''' + AUTOCAST.format(dtype="float16") + '''    model._scaler.scale(loss).backward()
+    model._scaler.step(optimizer)
+    model._scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss)'''
+
+
+def run_probe(body: str, steps: int = 2) -> dict:
+    torch = pytest.importorskip("torch")
+    import transformers
+    from vramlab.models import make_config
+
+    cfg = make_config("tiny", attention="sdpa", dropout=0.0)
+    for key, value in {"n_layer": 4, "n_embd": 32, "n_head": 2, "vocab_size": 64}.items():
+        setattr(cfg, key, value)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    violations = []
+    h = types.SimpleNamespace(torch=torch, dev=types.SimpleNamespace(type="cpu"),
+                              violate=lambda c, d: violations.append(c))
+    probe = technique.Probe(h, model)
+    namespace: dict = {}
+    exec(compile(STEP.format(body=body), "<submission>", "exec"), namespace)
+    batch = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
+    try:
+        for _ in range(steps):
+            with probe.step():
+                namespace["train_step"](model, optimizer, batch, h.dev)
+        report = probe.report()
+    finally:
+        for _, handle in probe.handles:
+            handle.remove()
+        torch.set_num_threads(threads)
+    assert not violations
+    return report
+
+
+@pytest.fixture(scope="module")
+def starter_probe():
+    return run_probe(PLAIN)
+
+
+@pytest.mark.parametrize("name, body", [
+    ("hf_non_reentrant", HF.format(kwargs='gradient_checkpointing_kwargs={"use_reentrant": False}')),
+    ("hf_reentrant", HF.format(kwargs='gradient_checkpointing_kwargs={"use_reentrant": True}')),
+    ("checkpoint_sequential", SEQUENTIAL),
+    ("hand_written_wrapper", WRAP.format(blocks="model.transformer.h")),
+    ("every_other_block", WRAP.format(blocks="list(model.transformer.h)[::2]")),
+])
+def test_checkpointing_written_any_way_is_observed(name, body, starter_probe):
+    mine = run_probe(body)
+    assert technique.CHECKS["checkpoint"](starter_probe, mine) is None
+    assert all(s["recomputed"] > 0 for s in mine["steps"])
+
+
+@pytest.mark.parametrize("name, body, says", [
+    ("no_checkpointing", PLAIN, "没有检测到"),
+    ("accumulation_and_an_extra_no_grad_block", EXTRA_NO_GRAD_BLOCK, "没有检测到"),
+    ("a_block_rerun_in_a_backward_hook", BLOCK_IN_BACKWARD, "仍有起始代码的"),
+])
+def test_what_is_not_checkpointing_is_refused(name, body, says, starter_probe):
+    why = technique.CHECKS["checkpoint"](starter_probe, run_probe(body))
+    assert why and says in why
+
+
+@pytest.mark.parametrize("name, body, ok", [
+    ("bf16_autocast", AUTOCAST.format(dtype="bfloat16") + "    loss.backward()", True),
+    ("fp16_autocast_grad_scaler", SCALER, True),
+    ("pure_bf16", "    model.to(torch.bfloat16)\n" + AUTOCAST.format(dtype="bfloat16") + "    loss.backward()", False),
+    ("no_autocast", PLAIN, False),
+])
+def test_mixed_precision_is_observed(name, body, ok, starter_probe):
+    mine = run_probe(body)
+    assert (technique.CHECKS["autocast"](starter_probe, mine) is None) == ok
+
+
+def test_accumulation_counts_model_forwards_per_step(starter_probe):
+    assert technique.CHECKS["accumulation"](starter_probe, run_probe(ACCUMULATE)) is None
+    assert "[1, 1]" in technique.CHECKS["accumulation"](starter_probe, starter_probe)

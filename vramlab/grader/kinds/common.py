@@ -1,0 +1,324 @@
+"""What several exercise kinds share: settings, child-side helpers, result helpers, payload checks,
+the Chinese labels judges print.
+
+Imported by the trusted parent (judges, specs) and by the grader's child before any learner code
+runs, so: no torch at import time, no import of vramlab.grader.core or vramlab.exercises.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from dataclasses import field
+
+from ...units import fmt_bytes
+
+
+# ---- settings: the typed per-exercise knobs of a kind ------------------------------------------
+def settings_class(cls):
+    """`@dataclass(frozen=True, kw_only=True)` whose constructor checks every value against its
+    annotation and names the known fields when given an unknown one: a typo in a spec fails when
+    the spec is built, not in the middle of a grading."""
+    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    init, known = cls.__init__, {f.name for f in dataclasses.fields(cls)}
+
+    @functools.wraps(init)
+    def __init__(self, **kwargs):
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}: unknown setting(s) {unknown}; "
+                            f"known: {sorted(known)}")
+        init(self, **kwargs)
+    cls.__init__ = __init__
+    return cls
+
+
+def _tuples(value):
+    """JSON gives lists where a spec wrote tuples: turn them back (dicts are left alone)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _conforms(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(v, args[0]) for v in value)
+        return len(value) == len(args) and all(map(_conforms, value, args))
+    return isinstance(value, origin or hint)
+
+
+@settings_class
+class CommonSettings:
+    """Knobs every kind understands: the job and the harness read them whatever the kind."""
+    config: dict = field(default_factory=dict)   # overrides of the model preset's config
+    lr: float = 1e-3                             # the grader's AdamW
+    world_size: int = 1                          # > 1: that many ranks over gloo; the worst rank counts
+    cublas_workspace: bool = True                # the sim's cuBLAS workspaces (off where 64 MiB would hide the lesson)
+    allow_host: bool = False                     # host memory is the lesson: device.host()/to_host()/save_on_cpu()
+    floor_copies: float | None = None            # physical floor = parameter bytes x this (harness default: 4, 2 with allow_host)
+    bitsandbytes: bool = False                   # import bitsandbytes before the guards (8-bit optimizers)
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, dict):
+                value = _tuples(value)
+                object.__setattr__(self, f.name, value)
+            if not _conforms(value, hints[f.name]):
+                raise TypeError(f"{type(self).__module__}.Settings.{f.name} should be {hints[f.name]}, got {value!r}")
+
+
+def explicit(settings) -> dict:
+    """The settings a spec chose: required fields and those that differ from their default (what
+    the learner's notebook lists as the scale's other settings)."""
+    out = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            out[f.name] = value
+            continue
+        if value != default:
+            out[f.name] = value
+    return out
+
+
+def with_host(base: frozenset, settings) -> frozenset:
+    """A kind's guard permissions, plus host memory where the exercise is about it."""
+    return base | {"host"} if settings.allow_host else base
+
+
+def observed_unless_host(settings) -> bool:
+    """The parent's RSS cross-check applies unless host memory is the lesson (RSS cannot tell
+    host memory from simulated device memory)."""
+    return not settings.allow_host
+
+
+# ---- child side -----------------------------------------------------------------------------------
+class WrongAnswer(ValueError):
+    """What the learner's function returned is not an answer to the question (wrong type, shape,
+    place, or side effect): graded "incorrect", with this message."""
+
+
+def nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def host_randn(h, *shape, scale: float = 1.0):
+    """Seeded data created in host memory (a fresh generator per job keeps both runs identical)."""
+    with h.dev.host():
+        return h.torch.randn(*shape, generator=h.gen) * scale
+
+
+def measured(h, thunk):
+    """Call learner code from a fresh peak; returns (value, peak, peak reserved)."""
+    h.reset_peak()
+    value = h.call(thunk)
+    return value, h.peak(), h.reserved_peak()
+
+
+# ---- results ---------------------------------------------------------------------------------------
+# What the learner reads. `category` is a stable English key (tests, JSON); `reason` is Chinese.
+CATEGORY_ZH = {
+    "ok": "通过",
+    "too_much_memory": "峰值显存没有降到目标以下",
+    "incorrect": "结果与起始代码不一致",
+    "technique": "没有使用本题要求的方法",
+    "slow": "单步耗时超出允许范围",
+    "too_many_trials": "试探次数太多",
+    "timeout": "运行超时",
+    "crashed": "进程异常退出",
+    "exit": "代码调用了退出",
+    "exception": "代码运行出错",
+    "oom": "内存/显存不足",
+    "tamper": "干扰了显存计量",
+    "forbidden": "执行了评分沙箱禁止的操作",
+    "invalid_submission": "提交的文件无法评分",
+}
+
+
+class BaselineBroken(RuntimeError):
+    """The trusted starter's own result is not what it must be: the grader is broken, not the learner."""
+
+
+def fail(result: dict, category: str, reason: str) -> dict:
+    result.update(passed=False, score=0, category=category,
+                  reason=f"{CATEGORY_ZH.get(category, category)}：{reason}" if reason else CATEGORY_ZH[category])
+    return result
+
+
+def passed(spec, result: dict, reason: str) -> dict:
+    result.update(passed=True, score=spec.points, category="ok", reason=f"通过：{reason}")
+    return result
+
+
+def rel(a: list[float], b: list[float]) -> float:
+    """||a - b|| / ||b|| (0 when both are 0, inf when only b is)."""
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    den = math.sqrt(sum(y * y for y in b))
+    return num / den if den else (0.0 if num == 0 else math.inf)
+
+
+def worst_case(result: dict, answers: list, truths: list, tol: float) -> int:
+    """estimate / monitor: the case with the largest relative error. The result's `peak_bytes` is
+    the learner's answer there, `baseline_peak_bytes` the trusted truth, `ratio` the error."""
+    errs = [abs(a - t) / t if t and math.isfinite(a) else math.inf for a, t in zip(answers, truths)]
+    if len(answers) != len(truths) or not errs:
+        errs = [math.inf]
+    i = max(range(len(errs)), key=errs.__getitem__)
+    ok = math.isfinite(errs[i])
+    result.update(peak_bytes=int(answers[i]) if ok else None, baseline_peak_bytes=int(truths[i]) if truths else None,
+                  ratio=round(errs[i], 4) if ok else None, correct=errs[i] <= tol)
+    return i
+
+
+def scale_settings(spec, result: dict):
+    """The settings of the scale this result was graded at."""
+    return getattr(spec, result["scale"]).settings
+
+
+# ---- the learner's payload is a claim: check its shape before reading it ---------------------------
+MAX_ITEMS = 100_000        # longer lists are not something the harness writes
+
+
+def _leaf(ok, what: str):
+    def check(value, path: str):
+        return None if ok(value) else f"{path} 应当是{what}"
+    return check
+
+
+INT = _leaf(lambda v: type(v) is int and 0 <= v < 2 ** 63, "非负整数")
+NUM = _leaf(lambda v: type(v) is float or (type(v) is int and abs(v) < 2 ** 63), "数")    # NaN/inf allowed: judged, not malformed
+STR = _leaf(lambda v: type(v) is str and len(v) <= 10_000, "字符串")
+BOOL = _leaf(lambda v: type(v) is bool, " true 或 false")
+
+
+def optional(check):
+    """The field may be missing or null."""
+    def opt(value, path: str):
+        return None if value is None else check(value, path)
+    opt.optional = True
+    return opt
+
+
+def list_of(item, max_items: int = MAX_ITEMS):
+    def check(value, path: str):
+        if type(value) is not list:
+            return f"{path} 应当是列表"
+        if len(value) > max_items:
+            return f"{path} 太长（{len(value)} 项，最多 {max_items} 项）"
+        for i, x in enumerate(value):
+            why = item(x, f"{path}[{i}]")
+            if why:
+                return why
+        return None
+    return check
+
+
+def pair(first, second):
+    """A two-element list, e.g. [batch, fitted]."""
+    def check(value, path: str):
+        if type(value) is not list or len(value) != 2:
+            return f"{path} 应当是两个元素的列表"
+        return first(value[0], f"{path}[0]") or second(value[1], f"{path}[1]")
+    return check
+
+
+def dict_of(item, max_items: int = 1000):
+    def check(value, path: str):
+        if type(value) is not dict or len(value) > max_items:
+            return f"{path} 应当是字典"
+        for k, v in value.items():
+            why = item(v, f"{path}.{k}")
+            if why:
+                return why
+        return None
+    return check
+
+
+def record(**fields):
+    """A dict with these fields (others are ignored); fields wrapped in `optional` may be missing."""
+    def check(value, path: str):
+        if type(value) is not dict:
+            return f"{path or '结果'} 应当是字典"
+        for name, field_check in fields.items():
+            where = f"{path}.{name}" if path else name
+            if name not in value:
+                if getattr(field_check, "optional", False):
+                    continue
+                return f"缺少字段 {where}"
+            why = field_check(value[name], where)
+            if why:
+                return why
+        return None
+    return check
+
+
+def malformed(payload, **fields) -> str | None:
+    """None when `payload` has these fields of these shapes, else the Chinese reason to fail it
+    with ("tamper": the harness never writes such a result, so the learner's code changed it)."""
+    why = record(**fields)(payload, "")
+    return f"结果文件的格式不对：{why}" if why else None
+
+
+# ---- Chinese labels and lines shared by judges and pass criteria ---------------------------------
+MEMORY_CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯度", "低精度梯度、在反向中更新并释放"),
+                      "optimizer_state": ("优化器状态", "8-bit 优化器、卸载到主存"),
+                      "activations": ("激活值", "激活检查点、混合精度、激活值卸载"),
+                      "temporaries": ("临时张量", "梯度累积、分块计算"), "cuda_overhead": ("CUDA 开销", "cuBLAS 工作区")}
+METRIC_ZH = {"peak_allocated": "峰值显存", "reserved_gap": "已保留与已分配峰值之差（reserved − allocated）"}
+
+
+def savings(base: dict, mine: dict) -> dict:
+    """Bytes saved per memory category at the peak (starter minus submission), largest first."""
+    saved = {k: int(base.get(k, 0)) - int(mine.get(k, 0)) for k in MEMORY_CATEGORY_ZH if k in base or k in mine}
+    return dict(sorted(saved.items(), key=lambda kv: -kv[1]))
+
+
+def savings_line(result: dict) -> str:
+    saved = result.get("savings")
+    if not saved:
+        return ""
+    parts = [f"{MEMORY_CATEGORY_ZH[k][0]} {'省下' if v >= 0 else '多用'} {fmt_bytes(abs(v))}（{MEMORY_CATEGORY_ZH[k][1]}）"
+             for k, v in saved.items() if abs(v) >= 2 ** 20]
+    return ("。峰值时各类显存与起始代码相比（两边的峰值可能出现在一步中的不同时刻，所以某一类可能“多用”）："
+            + "；".join(parts)) if parts else ""
+
+
+def ranks_lines(spec) -> list[str]:
+    ranks = spec.ci.settings.world_size
+    if ranks > 1:
+        return [f"- **多进程**：评分器启动 {ranks} 个 rank（gloo），每个 rank 分别检查，峰值取各 rank 中最大的；"]
+    return []
+
+
+def memory_lines(spec) -> list[str]:
+    """The memory criterion (and the time limit) of kinds judged against the starter's peak."""
+    pct = f"{spec.target_ratio * 100:g}%"
+    if spec.metric == "reserved_gap":
+        lines = [f"- **少碎片**：已保留峰值 − 已分配峰值（`max_memory_reserved − max_memory_allocated`）≤ 起始代码的 "
+                 f"**{pct}**，且已保留峰值不高于起始代码（同一次运行、同一后端上测得）；",
+                 "- 不许调用 `empty_cache()`。"]
+    else:
+        lines = [f"- **省显存**：峰值显存 ≤ 起始代码峰值的 **{pct}**（同一次运行、同一后端上测得）。"]
+    if spec.max_time_ratio is not None:
+        lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
+    return lines

@@ -1,0 +1,150 @@
+"""Kind "finetune": `prepare_model(model)` returns the model to fine-tune (ch24-27); the grader then
+trains it itself (AdamW over the parameters that require grad). It must be the required peft method
+with a small trainable share, learn (the loss goes down), start from the same function where the
+method promises it (LoRA/DoRA begin as the identity), and peak at most target_ratio x full
+fine-tuning (the starter returns the model as it is).
+"""
+from __future__ import annotations
+
+import math
+
+from ...units import fmt_bytes
+from .common import (INT, NUM, CommonSettings, WrongAnswer, fail, list_of, malformed, nbytes, observed_unless_host,
+                     optional, passed, ranks_lines, scale_settings, settings_class, with_host)
+
+PEFT_METHODS = {     # method -> (peft config class name, use_dora, what the learner reads)
+    "lora": ("LoraConfig", False, "LoRA（peft.LoraConfig）"),
+    "dora": ("LoraConfig", True, "DoRA（peft.LoraConfig(use_dora=True)）"),
+    "prompt_tuning": ("PromptTuningConfig", None, "Prompt Tuning（peft.PromptTuningConfig）"),
+    "prefix_tuning": ("PrefixTuningConfig", None, "P-Tuning v2 / Prefix Tuning（peft.PrefixTuningConfig）"),
+}
+METHOD_ZH = {"lora": "LoRA", "dora": "DoRA（`use_dora=True`）", "prompt_tuning": "Prompt Tuning",
+             "prefix_tuning": "P-Tuning v2（Prefix Tuning）"}
+
+
+@settings_class
+class Settings(CommonSettings):
+    method: str                    # a key of PEFT_METHODS
+    same_start: bool               # the first loss equals full fine-tuning's (the adapter starts as the identity)
+    max_trainable_share: float     # trainable parameters / all parameters
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.method not in PEFT_METHODS:
+            raise ValueError(f"finetune.Settings.method: unknown {self.method!r}; known: {sorted(PEFT_METHODS)}")
+
+
+PERMISSIONS: frozenset[str] = frozenset()
+OBSERVED = True
+
+
+def permissions(settings: Settings) -> frozenset[str]:
+    return with_host(PERMISSIONS, settings)
+
+
+def observed(settings: Settings) -> bool:
+    return OBSERVED and observed_unless_host(settings)
+
+
+def peft_method(prepared, method: str) -> str | None:
+    """None when `prepared` is a peft model of the required method, else why not (Chinese)."""
+    cls_name, dora, label = PEFT_METHODS[method]
+    configs = getattr(prepared, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return f"返回的不是 peft 模型：本题要求用 {label} 包装评分器给的模型（peft.get_peft_model）"
+    cfg = configs.get(getattr(prepared, "active_adapter", "default")) or next(iter(configs.values()))
+    if type(cfg).__name__ != cls_name or (dora is not None and bool(getattr(cfg, "use_dora", False)) != dora):
+        return f"用的方法是 {type(cfg).__name__}{'（use_dora=True）' if getattr(cfg, 'use_dora', False) else ''}，本题要求 {label}"
+    return None
+
+
+def scenario(h):
+    import peft  # noqa: F401  (imported by trusted code, before the guards)
+    torch, job = h.torch, h.job
+    settings = h.settings
+    model, _ = h.training_setup()
+    params = list(model.parameters())
+    h.payload["static_bytes"] = nbytes(*params)          # the frozen base alone must stay on the device
+    batch = h.tokens((int(job["batch"]), int(job["seq"])))     # one batch, every step: the loss must go down
+    warmup = int(job["warmup"])
+
+    def run(fn):
+        prepared = h.call(lambda: fn(model))
+        if not isinstance(prepared, torch.nn.Module):
+            raise WrongAnswer(f"prepare_model 应当返回 torch.nn.Module，实际返回了 {type(prepared).__name__}")
+        mine = {id(p) for p in prepared.parameters()}
+        if not all(id(p) in mine for p in params):
+            raise WrongAnswer("返回的模型不包含评分器给你的那个模型的全部参数：要在它上面加适配器，不能换成别的模型")
+        if not job.get("reference"):                     # the starter is full fine-tuning
+            why_not = peft_method(prepared, settings.method)
+            if why_not:
+                raise WrongAnswer(why_not)
+        trainable = [p for p in prepared.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in prepared.parameters())
+        n_trainable = sum(p.numel() for p in trainable)
+        if not trainable:
+            raise WrongAnswer("没有任何参数 requires_grad=True：什么也训练不了")
+        optimizer = torch.optim.AdamW(trainable, lr=float(job["lr"]), foreach=True)
+        losses, times = [], []
+
+        def step(batch):
+            loss = prepared(input_ids=batch, labels=batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return float(loss.detach())
+
+        h.reset_peak()
+        for i in range(int(job["steps"])):
+            if i == warmup:
+                h.reset_peak()
+            losses.append(h.call(lambda: step(batch)))
+            times.append(h.seconds)
+        return {"peak_bytes": h.peak(), "losses": losses, "trainable": n_trainable, "total": total,
+                "step_seconds": min(times[warmup:] or times)}
+    return run
+
+
+PAYLOAD = dict(peak_bytes=INT, losses=list_of(NUM), trainable=INT, total=INT, step_seconds=optional(NUM))
+
+
+def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
+    why = malformed(sp, **PAYLOAD)
+    if why:
+        return fail(result, "tamper", why)
+    settings = scale_settings(spec, result)
+    peak, base_peak = sp["peak_bytes"], int(bp["peak_bytes"])
+    result.update(peak_bytes=peak, ratio=round(peak / base_peak, 4) if base_peak else None,
+                  step_seconds=sp.get("step_seconds"), trainable=sp["trainable"], total=sp["total"])
+    losses, base_losses = sp["losses"], bp.get("losses") or []
+    share = sp["trainable"] / max(sp["total"], 1)
+    result["correct"] = False
+    if not losses or not all(math.isfinite(x) for x in losses):
+        return fail(result, "incorrect", f"训练中出现了非有限的损失：{losses[:20]}")
+    if share > settings.max_trainable_share:
+        return fail(result, "incorrect", f"可训练参数占 {share:.2%}（{sp['trainable']:,} / {sp['total']:,}），"
+                                         f"本题要求参数高效微调：不超过 {settings.max_trainable_share:.0%}")
+    if settings.same_start and abs(losses[0] - base_losses[0]) > spec.atol + spec.rtol * abs(base_losses[0]):
+        return fail(result, "incorrect", f"第 1 步的损失 {losses[0]:.5f} 与全量微调的 {base_losses[0]:.5f} 不同：适配器一开始"
+                                         "应当是恒等变换（LoRA 的 B 矩阵初始化为 0），别改动基座模型")
+    if not losses[-1] < losses[0]:
+        return fail(result, "incorrect", f"训练 {len(losses)} 步后损失没有下降（{['%.4f' % x for x in losses[:20]]}）："
+                                         "检查可训练的参数是不是真的接在计算图上")
+    result["correct"] = True
+    if peak < int(bp.get("static_bytes", 0)):
+        return fail(result, "tamper", f"测得的峰值 {fmt_bytes(peak)} 低于基座模型参数本身的大小 "
+                                      f"{fmt_bytes(int(bp['static_bytes']))}：显存计量被绕过了")
+    if base_peak and peak > spec.target_ratio * base_peak:
+        return fail(result, "too_much_memory", f"峰值 {fmt_bytes(peak)} 是全量微调（{fmt_bytes(base_peak)}）的 "
+                                               f"{peak / base_peak:.2f} 倍，目标是不超过 {spec.target_ratio:.2f} 倍")
+    return passed(spec, result, f"峰值是全量微调的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），"
+                                f"可训练参数 {sp['trainable']:,} 个（{share:.2%}），损失 {losses[0]:.4f} → {losses[-1]:.4f}")
+
+
+def criteria_zh(spec) -> list[str]:
+    s, pct = spec.ci.settings, f"{spec.target_ratio * 100:g}%"
+    return [*ranks_lines(spec),
+            f"- **方法对**：返回用 peft 的 {METHOD_ZH[s.method]} 包装的模型，可训练参数不超过全部参数的 {s.max_trainable_share:.0%}；",
+            "- **在学习**：评分器训练几步后损失要下降" +
+            ("，且第 1 步的损失与全量微调相同（适配器初始是恒等变换）；" if s.same_start else "；"),
+            f"- **省显存**：训练的峰值显存 ≤ 全量微调（起始代码）峰值的 **{pct}**（同一次运行、同一后端上测得）。"]

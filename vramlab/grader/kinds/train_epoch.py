@@ -1,0 +1,48 @@
+"""Kind "train_epoch": `train_epoch(model, optimizer, tokens, device, batch_size)`, one pass over a
+dataset that lives in HOST memory (ch04). The peak covers the whole epoch; judged like train_step.
+"""
+from __future__ import annotations
+
+from . import training
+from .common import observed_unless_host, settings_class, with_host
+
+
+@settings_class
+class Settings(training.TrainingSettings):
+    n_samples: int                 # rows of the host dataset; the job's batch is the batch size
+
+
+PERMISSIONS: frozenset[str] = frozenset()
+OBSERVED = True
+
+
+def permissions(settings: Settings) -> frozenset[str]:
+    return with_host(PERMISSIONS, settings)
+
+
+def observed(settings: Settings) -> bool:
+    return OBSERVED and observed_unless_host(settings)
+
+
+def scenario(h):
+    settings, job = h.settings, h.job
+    model, optimizer = h.training_setup()
+    n, bs = settings.n_samples, int(job["batch"])
+    data = h.tokens((n, int(job["seq"])), on_host=True)
+    before = h.fingerprint(model.parameters())
+
+    def run(fn):
+        h.reset_peak()
+        steps = -(-n // bs)
+        losses = h.training_call(lambda: [float(x) for x in fn(model, optimizer, data, h.dev, bs)], "这个 epoch ",
+                                 min_steps=steps)
+        return dict(h.training_result(before), peak_bytes=h.peak(), losses=losses, step_seconds=h.seconds / steps)
+    return run
+
+
+def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
+    return training.judge(spec, result, bp, sp)
+
+
+def criteria_zh(spec) -> list[str]:
+    return training.criteria_zh(spec)

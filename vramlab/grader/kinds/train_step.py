@@ -1,0 +1,74 @@
+"""Kind "train_step": `train_step(model, optimizer, batch, device)`, one optimizer update per call.
+
+The harness runs the warm-up steps, then the measured ones; the judge wants the starter's losses
+and parameter update, a peak at most target_ratio x the starter's, and, where the spec names one,
+the technique observed while the learner trained (vramlab.grader.kinds.technique).
+"""
+from __future__ import annotations
+
+from . import technique, training
+from .common import fail, malformed, observed_unless_host, settings_class, with_host
+
+
+@settings_class
+class Settings(training.TrainingSettings):
+    learner_budget_mib: float | None = None   # the learner's run is on a virtual card of this size (ch21, ch30);
+                                              # the trusted starter runs without it (it need not fit)
+
+
+PERMISSIONS: frozenset[str] = frozenset()
+OBSERVED = True
+
+
+def permissions(settings: Settings) -> frozenset[str]:
+    return with_host(PERMISSIONS, settings)
+
+
+def observed(settings: Settings) -> bool:
+    return OBSERVED and observed_unless_host(settings)
+
+
+def scenario(h):
+    settings, job = h.settings, h.job
+    model, optimizer = h.training_setup()
+    rows = h.rank_rows(int(job["batch"]))        # data parallel: this rank's share of every global batch
+    batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    before = h.fingerprint(model.parameters())
+    if settings.learner_budget_mib and not job.get("reference"):
+        h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
+    probe = technique.Probe(h, model)
+    warmup = int(job["warmup"])
+
+    def run(fn):
+        losses, times, first_peak = [], [], 0
+        h.reset_peak()
+        for i, batch in enumerate(batches):
+            if i == warmup:
+                h.reset_peak()
+            try:
+                with probe.step():
+                    losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
+            except h.torch.OutOfMemoryError as e:      # say which step: a leak overflows late, a big step at once
+                raise h.torch.OutOfMemoryError(f"第 {i + 1} 步显存溢出（前面 {i} 步都放得下）。{e}") from None
+            times.append(h.seconds)
+            first_peak = first_peak or h.peak()
+        return dict(h.training_result(before), peak_bytes=h.peak(), first_step_peak_bytes=first_peak, losses=losses,
+                    step_seconds=min(times[warmup:] or times), technique=probe.report())
+    return run
+
+
+def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
+    if spec.technique:
+        why = malformed(sp, technique=technique.PAYLOAD)
+        if why:
+            return fail(result, "tamper", why)
+    return training.judge(spec, result, bp, sp, technique=technique.missing)
+
+
+def criteria_zh(spec) -> list[str]:
+    lines = training.criteria_zh(spec, extra=(technique.CRITERIA_ZH[spec.technique],) if spec.technique else ())
+    budget = spec.ci.settings.learner_budget_mib
+    if budget:
+        lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上运行（CI 规模），任何一步都不能 OOM；"
+                     "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。")
+    return lines

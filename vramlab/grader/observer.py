@@ -1,0 +1,207 @@
+"""The parent's own measurement of a grading, read from outside the sandbox.
+
+The simulated device counts memory inside the learner's interpreter, so the learner's code can
+lie about it (patch the meter, hide tensors in numpy arrays, rewrite the result file). The kernel's
+record of the process cannot be reached from inside: /proc is read-only in the sandbox, so only
+the parent can reset the peak resident-set counter (VmHWM, via /proc/PID/clear_refs) and read it.
+
+At `ready` (no learner code has run) the parent reads the process's resident size and resets its
+high-water mark; at `done` it reads the mark and the bytes the process wrote. The real memory the
+learner's phase added is then  hwm - rss_at_ready;  the part of it that the reported device peak
+does not explain is
+
+    unexplained = (hwm - rss_at_ready) - (reported_peak - device_bytes_at_ready)
+
+It is about the same for the trusted starter and an honest submission of the same exercise (the
+same interpreter, model and data; on the simulated device a constant offset of counted-but-never-
+touched bytes such as the cuBLAS workspace). A learner who hides memory from the meter raises it by
+what was hidden. On a GPU the same check covers host memory; device memory is NVML's per-process
+figure, sampled by the parent (`NvmlSampler`).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+MiB = 2 ** 20
+AVAILABLE = os.path.exists("/proc/self/status") and os.path.exists("/proc/self/clear_refs")   # Linux
+# An honest submission's unexplained bytes may differ from the starter's by library buffers and
+# allocator rounding: measured at most ~10 MiB on the 30 exercises (scripts/observer_noise.py).
+TOLERANCE_BYTES = 16 * MiB
+TOLERANCE_FRACTION = 0.04          # of the starter's peak, for the larger GPU scales
+WRITE_LIMIT_BYTES = 16 * MiB       # what the learner's phase may write beyond the starter's (logs), not tensors
+# NVML counts the CUDA context and the allocator's reserved (not only allocated) memory: looser
+NVML_TOLERANCE_BYTES = 64 * MiB
+NVML_TOLERANCE_FRACTION = 0.10
+
+
+@dataclass
+class RankObservation:
+    """What the parent read of one rank's process; None where the process did not get that far."""
+    ns_pid: int | None = None
+    host_pid: int | None = None
+    device_at_ready: int | None = None          # reported before any learner code: trusted
+    rss_at_ready: int | None = None
+    hwm: int | None = None
+    written: int | None = None
+    nvml_peak: int | None = None
+    extra_processes: list = field(default_factory=list)
+
+
+def _status(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+            elif key == "NSpid":
+                out[key] = [int(x) for x in value.split()]
+    return out
+
+
+def _written(pid: int) -> int:
+    """Bytes written through write() calls plus bytes dirtied in files (mmap) by the process."""
+    fields = {}
+    with open(f"/proc/{pid}/io", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = int(value)
+    return fields.get("wchar", 0) + fields.get("write_bytes", 0)
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (by parent pid; /proc/PID/task/*/children is not always there)."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                    parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = [], [root]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+def host_pid_of(root: int, ns_pid: int) -> int | None:
+    """The parent's pid of the sandboxed process whose own pid (in its namespace) is `ns_pid`."""
+    for pid in descendants(root):
+        try:
+            nspid = _status(pid).get("NSpid") or []
+        except OSError:
+            continue
+        if nspid and nspid[-1] == ns_pid:
+            return pid
+    return None
+
+
+def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int) -> bool:
+    """Read the rank before its learner phase and reset its high-water mark. False if it cannot."""
+    obs.ns_pid, obs.device_at_ready = ns_pid, device_bytes
+    if not AVAILABLE:
+        return True                        # macOS: nothing to read; the self-check says it is unsandboxed
+    obs.host_pid = host_pid_of(root, ns_pid)
+    if obs.host_pid is None:
+        return False
+    try:
+        with open(f"/proc/{obs.host_pid}/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")                   # VmHWM := VmRSS
+        obs.rss_at_ready = _status(obs.host_pid)["VmRSS"]
+        obs.written = -_written(obs.host_pid)
+    except (OSError, KeyError):
+        return False
+    return True
+
+
+def at_done(obs: RankObservation, root: int, known: set[int]) -> bool:
+    """Read the rank's high-water mark and written bytes; note processes nobody asked for."""
+    if not AVAILABLE:
+        return True
+    if obs.host_pid is None:
+        return False
+    try:
+        obs.hwm = _status(obs.host_pid)["VmHWM"]
+        obs.written = (obs.written or 0) + _written(obs.host_pid)
+    except (OSError, KeyError):
+        return False
+    obs.extra_processes = [p for p in descendants(root) if p not in known]
+    return True
+
+
+def excess_written(learner: list[RankObservation], trusted: list[RankObservation]) -> int:
+    """Bytes the learner's ranks wrote beyond the trusted starter's same ranks (gloo's socket
+    traffic counts in both; a tensor parked in a file or pipe only in the learner's)."""
+    return max([(m.written or 0) - (b.written or 0) for m, b in zip(learner, trusted)] or [0])
+
+
+def unexplained(obs: RankObservation, reported_peak: int) -> int | None:
+    if None in (obs.hwm, obs.rss_at_ready, obs.device_at_ready):
+        return None
+    return (obs.hwm - obs.rss_at_ready) - (int(reported_peak) - obs.device_at_ready)
+
+
+def hidden_memory(learner: list[RankObservation], learner_peaks: list[int], trusted: list[RankObservation],
+                  trusted_peaks: list[int]) -> tuple[int, int] | None:
+    """(bytes the learner's run used beyond what it reported, allowed noise) for the worst rank,
+    compared rank by rank with the trusted starter's same figure; None when nothing was observed.
+    The learner hid memory when the first exceeds the second."""
+    worst = None
+    for mine, my_peak, base, base_peak in zip(learner, learner_peaks, trusted, trusted_peaks):
+        u_mine, u_base = unexplained(mine, my_peak), unexplained(base, base_peak)
+        if u_mine is None or u_base is None:
+            continue
+        candidates = [(u_mine - u_base, max(TOLERANCE_BYTES, int(TOLERANCE_FRACTION * base_peak)))]
+        if mine.nvml_peak and base.nvml_peak:          # on a GPU: the device memory itself
+            candidates.append(((mine.nvml_peak - int(my_peak)) - (base.nvml_peak - int(base_peak)),
+                               max(NVML_TOLERANCE_BYTES, int(NVML_TOLERANCE_FRACTION * base_peak))))
+        for excess, allowed in candidates:
+            if worst is None or excess - allowed > worst[0] - worst[1]:
+                worst = (excess, allowed)
+    return worst
+
+
+def nvml_sampler(gpu: bool) -> "NvmlSampler | None":
+    """A sampler on a GPU with NVML (the `gpu` extra: nvidia-ml-py), else None."""
+    if not gpu:
+        return None
+    try:
+        return NvmlSampler()
+    except Exception:  # noqa: BLE001 - no NVML: the host-memory check still runs
+        return None
+
+
+class NvmlSampler:
+    """On a GPU: the peak of NVML's per-process used device memory for some pids, sampled every
+    20 ms by a thread of the parent (the learner cannot reach NVML's record of its process)."""
+
+    def __init__(self, device_index: int = 0):
+        import pynvml
+        pynvml.nvmlInit()
+        self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.02):
+            try:
+                procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+            except self._nvml.NVMLError:
+                continue
+            for p in procs:
+                used = int(p.usedGpuMemory or 0)
+                if used > self.peaks.get(p.pid, 0):
+                    self.peaks[p.pid] = used
+
+    def stop(self) -> dict[int, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks

@@ -15,7 +15,8 @@ grading node) is self-contained: run nbgrader from that folder.
 """
 import os
 
-from vramlab.notebooks import StderrToStdout  # noqa: E402  (needs the venv where vramlab is installed)
+from vramlab.grader.kernel import SandboxedExecute  # noqa: E402  (needs the venv where vramlab is installed)
+from vramlab.notebooks import StderrToStdout  # noqa: E402
 
 _ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,7 +71,7 @@ c.Execute.execute_retries = 0
 #      output: failed assertion, timeout, crash) costs points. Like nbgrader's own IgnorePattern
 #      (jupyter/nbgrader#1904), but without throwing the text away.
 c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
+    SandboxedExecute,                   # nbgrader's Execute, in the sandboxed kernel (see below)
     StderrToStdout,
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
@@ -80,6 +81,17 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.LimitOutput.max_lines = 400
+
+# --- autograde runs the learner's notebook in the grading sandbox ----------------------------------------
+# Autograde executes every cell of a submission, top-level code included, on this machine. SandboxedExecute
+# (vramlab/grader/kernel.py) starts the kernel `vramlab-sandbox` (installed into this venv on first use)
+# whatever kernelspec the notebook names: ipykernel under bubblewrap, with the notebook's folder
+# nbgrader/autograded/<student>/<id>/ as its only visible and writable part of the course (solutions/,
+# other submissions and gradebook.db are absent). After the kernel stops it removes the links and
+# special files the learner left there. Without bubblewrap every submission fails to start, with a Chinese
+# message in the log; set this to False only to grade trusted submissions on such a machine:
+c.SandboxedExecute.require_sandbox = True
+# `nbgrader validate` and the learners' own Jupyter keep the notebooks' ordinary `python3` kernel.
 
 # --- feedback ------------------------------------------------------------------------------------------
 # generate_feedback renders the autograded notebook to HTML: the Chinese messages that check() prints

@@ -1,8 +1,12 @@
-"""The grader: hostile submissions (tests/hostile/*.py, first line `# expect: CATEGORY`) are graded
-0 with the expected reason category, inside the time limit, without writing outside their temp
-folder; CLI JSON shape; malformed notebooks."""
+"""The grader: hostile submissions (tests/hostile/*.py, first line `# expect: CATEGORY` or
+`# expect: CAT1|CAT2|...`, any of which is right) are graded 0 with an expected reason category,
+inside the time limit, without writing outside their temp folder, without touching a fake course
+root next to it, without signalling the grader, while an honest submission graded in the same batch
+still passes; CLI JSON shape; malformed notebooks."""
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -19,51 +23,96 @@ from vramlab.grader.core import grade_file
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = sorted((ROOT / "tests" / "hostile").glob("*.py"))
 TIMEOUT = 40   # generous: 2 hostile gradings share 2 cores; the infinite loop is killed at this limit
-PWNED = [ROOT / "PWNED_by_hostile.txt", Path("/tmp/PWNED_by_hostile.txt")]
+PWNED = [ROOT / "PWNED_by_hostile.txt", ROOT / "nbgrader" / "PWNED_by_hostile.txt", Path("/tmp/PWNED_by_hostile.txt")]
 KEYS = {"exercise", "passed", "score", "max_score", "peak_bytes", "baseline_peak_bytes", "ratio", "target_ratio",
         "correct", "reason", "backend", "category"}
 
 
-def _expect(path: Path) -> str:
+def _expect(path: Path) -> set[str]:
+    """The categories the first line allows: `# expect: tamper` or `# expect: tamper|forbidden`."""
     first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# expect:"), path
-    return first.split(":", 1)[1].strip()
+    allowed = {c.strip() for c in first.split(":", 1)[1].split("|") if c.strip()}
+    assert allowed, path
+    return allowed
+
+
+HONEST = ROOT / "solutions" / "ch05-accumulation" / "ch05-accumulation.ipynb"   # graded in the same batch
+HIDE_GLOBS = ("/tmp/vramlab-hide-*", "/dev/shm/vramlab-hide-*")    # where the hiding fixtures park tensors
+
+
+def _tree(root: Path, skip: Path | None = None) -> dict[str, str]:
+    """Every file and folder under `root` (except `skip`) with its content's hash."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
 
 
 @pytest.fixture(scope="module")
 def hostile_results(tmp_path_factory):
+    """Grade every hostile fixture and one honest submission, 2 at a time, the way a course would:
+    the gradings' temp folders live inside a fake course root (nbgrader_config.py, nbgrader/, a canary),
+    which is where an attack that walks up from its folder, or reads the mount table, would look."""
+    import signal
     import tempfile
 
     for p in PWNED:
         p.unlink(missing_ok=True)
-    private = tmp_path_factory.mktemp("grader-tmp")     # the grader's temp folders go here
+    course = tmp_path_factory.mktemp("course")
+    (course / "nbgrader_config.py").write_text("c = get_config()\n", encoding="utf-8")
+    (course / "nbgrader").mkdir()
+    (course / "nbgrader" / "gradebook.json").write_text('{"ch05-accumulation": 0}\n', encoding="utf-8")
+    (course / "CANARY.txt").write_text("canary\n", encoding="utf-8")
+    private = course / "grader-tmp"                     # the grader's temp folders go here
+    private.mkdir()
+    before = _tree(course, skip=private)
+    hidden_before = {p for g in HIDE_GLOBS for p in glob.glob(g)}
+    signals: list[int] = []                             # the signal fixtures send SIGURG (ignored by default)
+    old_handler = signal.signal(signal.SIGURG, lambda signum, frame: signals.append(signum))
     saved, tempfile.tempdir = tempfile.tempdir, str(private)
-    grade_file("ch05-accumulation", HOSTILE[0], timeout_s=TIMEOUT, reuse_baseline=True)   # cache the baseline
+    jobs = HOSTILE[:len(HOSTILE) // 2] + [HONEST] + HOSTILE[len(HOSTILE) // 2:]
 
     def one(path):
         t0 = time.perf_counter()
         r = grade_file("ch05-accumulation", path, timeout_s=TIMEOUT, reuse_baseline=True)
         return path.name, (r, time.perf_counter() - t0)
     try:
+        grade_file("ch05-accumulation", HOSTILE[0], timeout_s=TIMEOUT, reuse_baseline=True)   # cache the baseline
         with ThreadPoolExecutor(2) as ex:
-            results = dict(ex.map(one, HOSTILE))
+            results = dict(ex.map(one, jobs))
     finally:
         tempfile.tempdir = saved
-    return results, [p.name for p in private.iterdir()]
+        signal.signal(signal.SIGURG, old_handler)
+    return {"results": results, "new_tmp": [p.name for p in private.iterdir()],
+            "course_before": before, "course_after": _tree(course, skip=private), "signals": signals,
+            "hidden": sorted({p for g in HIDE_GLOBS for p in glob.glob(g)} - hidden_before)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
 def test_hostile_submission_scores_zero(path, hostile_results):
-    results, new_tmp = hostile_results
-    r, seconds = results[path.name]
-    assert r["score"] == 0 and r["passed"] is False
-    assert r["category"] == _expect(path), r["reason"]
+    r, seconds = hostile_results["results"][path.name]
+    assert r["score"] == 0 and r["passed"] is False, r["reason"]
+    assert r["category"] in _expect(path), r["reason"]
+    assert "ESCAPED" not in r["reason"], r["reason"]       # a fixture that got out says so in its exception
     assert r["reason"] and any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])     # Chinese reason
     assert seconds < TIMEOUT + 40
     for p in PWNED:
         assert not p.exists(), p
-    assert not new_tmp, f"temp folders left behind: {new_tmp}"
+    assert not hostile_results["new_tmp"], f"temp folders left behind: {hostile_results['new_tmp']}"
+    assert hostile_results["course_after"] == hostile_results["course_before"], "the fake course root was changed"
+    assert not hostile_results["signals"], "a hostile submission signalled the grader's process"
+    assert not hostile_results["hidden"], f"files left outside the sandbox: {hostile_results['hidden']}"
+
+
+@pytest.mark.slow
+def test_honest_submission_in_hostile_batch_passes(hostile_results):
+    """Graded between the hostile fixtures, 2 at a time: none of them changed how it was graded."""
+    r, _ = hostile_results["results"][HONEST.name]
+    assert r["passed"] and r["category"] == "ok" and r["score"] == r["max_score"], r["reason"]
 
 
 def test_hostile_fixture_coverage():
@@ -72,7 +121,17 @@ def test_hostile_fixture_coverage():
                      "os_exit_func", "patch_max_allocated", "patch_tracker_track", "patch_cuda_memory",
                      "unset_dispatch", "disable_modes", "pause_counter", "host_ctx", "untracked_ctx",
                      "reset_peak", "empty_cache", "stale_cached", "fake_print", "fork_bomb",
-                     "read_solution", "import_exercises", "write_course"):
+                     "read_solution", "import_exercises", "write_course",
+                     # escapes an OS sandbox must stop (the Python guards alone did not)
+                     "dirfd_open_solutions", "dirfd_listdir_solutions", "dirfd_scandir_exercises", "dirfd_write_course",
+                     "course_root_walk", "nbgrader_write", "tmp_other_gradings", "proc_self_read", "env_snoop",
+                     "signal_parent", "signal_pidfd", "inherited_fds", "closure_disarm", "bookkeeping_write",
+                     # measurement cheats the outside observer must catch
+                     "saved_tensors_numpy", "hide_file_workdir", "hide_file_tmp", "hide_memmap_devshm",
+                     "proc_clear_refs", "patch_json_dumps", "closure_sign", "closure_peak",
+                     "closure_clear_violations", "patch_os_exit", "patch_os_write", "result_atexit", "result_del",
+                     "result_finalize", "result_signal", "result_thread", "result_daemon",
+                     "bookkeeping_parameters", "bookkeeping_modules", "reload_sim"):
         assert required in names
 
 

@@ -165,6 +165,32 @@ def _submission(course: Path, eid: str, answer_source: str | None) -> nbformat.N
     return nb
 
 
+# A submission whose top-level code (run by autograde's kernel, not by the grader) goes for the course:
+# writes through ../../.. and absolute paths, lists what it sees, and plants links that nbgrader itself
+# would follow once the kernel has stopped (the executed notebook is written to <id>.ipynb;
+# generate_feedback copies the folder's files). The kernel's sandbox must leave all of it harmless.
+HOSTILE_TOPLEVEL = """
+# 恶意提交：顶层代码在自动评分的 kernel 里读写课程目录。
+import json, os
+COURSE, EID = {course!r}, {eid!r}
+seen = {{"cwd": os.getcwd(), "listing": sorted(os.listdir("../../..")), "course": os.path.exists(COURSE),
+        "wrote": []}}
+for p in ("../../../gradebook.db", "../../../pwned.txt", "../../../submitted/alice/" + EID + "/" + EID + ".ipynb",
+          "../../../../solutions/" + EID + "/" + EID + ".ipynb", COURSE + "/nbgrader/gradebook.db",
+          COURSE + "/nbgrader/pwned.txt", COURSE + "/solutions/" + EID + "/" + EID + ".ipynb"):
+    try:
+        with open(p, "w") as f:
+            f.write("pwned")
+        seen["wrote"].append(p)
+    except OSError:
+        pass
+os.remove(EID + ".ipynb")
+os.symlink("../../../gradebook.db", EID + ".ipynb")
+os.symlink("../../../../solutions/" + EID + "/" + EID + ".ipynb", "leak.ipynb.txt")
+print(json.dumps(seen))
+"""
+
+
 def _put(course: Path, student: str, eid: str, nb_or_text) -> Path:
     d = course / "nbgrader" / "submitted" / student / eid
     d.mkdir(parents=True, exist_ok=True)
@@ -188,6 +214,11 @@ def test_class_end_to_end(course):
     _put(course, "bob", eid, _submission(course, eid, None))                                    # the starter
     _put(course, "mallory", eid, _submission(course, eid, hostile))                             # hostile
     _put(course, "eve", eid, (FIXTURES / "malformed.ipynb").read_text(encoding="utf-8"))        # not JSON
+    trudy = HOSTILE_TOPLEVEL.format(course=str(course), eid=eid) + "\n\n" + spec.starter.strip() + "\n"
+    _put(course, "trudy", eid, _submission(course, eid, trudy))                                 # goes for the course
+    protected = [course / "solutions" / eid / f"{eid}.ipynb",
+                 course / "nbgrader" / "submitted" / "alice" / eid / f"{eid}.ipynb"]
+    before = [p.read_bytes() for p in protected]
 
     t0 = time.perf_counter()
     r = nbgrader(course, "autograde", eid)
@@ -195,15 +226,27 @@ def test_class_end_to_end(course):
     print(f"autograde: {time.perf_counter() - t0:.0f} s")
     assert r.returncode != 0                                  # nbgrader reports the broken one ...
     assert "There was an error processing assignment" in log and "eve" in log
-    for s in ("alice", "bob", "mallory"):                     # ... and still grades the others
+    for s in ("alice", "bob", "mallory", "trudy"):            # ... and still grades the others
         assert (course / "nbgrader" / "autograded" / s / eid / f"{eid}.ipynb").exists(), log[-6000:]
 
     from nbgrader.api import Gradebook
 
     db_url = "sqlite:///" + str(course / "nbgrader" / "gradebook.db")
     with Gradebook(db_url, "vramlab") as gb:                  # the gradebook survived the batch
-        scores = {s: gb.find_submission(eid, s).score for s in ("alice", "bob", "mallory")}
-    assert scores == {"alice": spec.points, "bob": 0, "mallory": 0}, (scores, log[-6000:])
+        scores = {s: gb.find_submission(eid, s).score for s in ("alice", "bob", "mallory", "trudy")}
+    assert scores == {"alice": spec.points, "bob": 0, "mallory": 0, "trudy": 0}, (scores, log[-6000:])
+
+    # trudy's top-level code ran in the sandbox: the course was absent, nothing was written outside
+    # her folder, and the links she left were removed before nbgrader wrote her notebook
+    assert [p.read_bytes() for p in protected] == before
+    assert not (course / "nbgrader" / "pwned.txt").exists()
+    tdir = course / "nbgrader" / "autograded" / "trudy" / eid
+    assert not [p for p in tdir.rglob("*") if p.is_symlink()], sorted(os.listdir(tdir))
+    tnb = nbformat.read(tdir / f"{eid}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in cell(tnb, "answer").outputs if o.output_type == "stream")
+    seen = json.loads(text.strip().splitlines()[-1])
+    assert seen["cwd"] == "/submission" and seen["course"] is False and seen["wrote"] == [], seen
+    assert not {"submitted", "autograded", "gradebook.db", "solutions"} & set(seen["listing"]), seen
 
     # the stderr written during the graded cell is kept, as stdout, and cost nothing
     graded = nbformat.read(course / "nbgrader" / "autograded" / "alice" / eid / f"{eid}.ipynb", as_version=4)
@@ -216,6 +259,7 @@ def test_class_end_to_end(course):
     assert any(o.output_type == "error" for o in cell(mal, "check").outputs)
 
     r = nbgrader(course, "generate_feedback", eid)
+    assert not (course / "nbgrader" / "feedback" / "trudy" / eid / "leak.ipynb.txt").exists()
     for s in ("alice", "bob", "mallory"):
         html = (course / "nbgrader" / "feedback" / s / eid / f"{eid}.html").read_text(encoding="utf-8")
         assert "峰值" in html or "通过" in html, s            # Chinese messages printed by check()
@@ -227,9 +271,28 @@ def test_class_end_to_end(course):
     rows = {row["student_id"]: row for row in csv.DictReader(out.open(encoding="utf-8"))
             if row["assignment"] == eid}
     assert float(rows["alice"]["score"]) == spec.points
-    assert float(rows["bob"]["score"]) == 0 and float(rows["mallory"]["score"]) == 0
+    assert all(float(rows[s]["score"]) == 0 for s in ("bob", "mallory", "trudy"))
     assert float(rows["alice"]["max_score"]) == spec.points
     assert float(rows.get("eve", {"score": 0})["score"]) == 0
+
+
+def test_autograde_refuses_without_sandbox(course):
+    """No bubblewrap (not on PATH here): autograde's kernel refuses to start, nbgrader records the error
+    for the submission and exits non-zero; nothing of the submission was executed."""
+    from vramlab.grader import policy
+
+    if policy.bwrap_path() is None and not os.environ.get("VRAMLAB_REQUIRE_SANDBOX"):
+        pytest.skip("bubblewrap 不可用：这台机器上本来就没有沙箱")
+    eid = next(i for i in IDS if i != PILOT)              # not the end-to-end test's assignment
+    marker = course / "nbgrader" / "ran-without-sandbox"
+    _put(course, "nobwrap", eid, _submission(course, eid, f"open({str(marker)!r}, 'w').close()\n"))
+    env = notebooks.venv_env({"PATH": str(Path(sys.executable).parent)})
+    r = subprocess.run(notebooks.nbgrader_cmd() + ["autograde", eid, "--student", "nobwrap"], cwd=course,
+                       capture_output=True, text=True, timeout=300, env=env)
+    log = r.stdout + r.stderr
+    assert r.returncode != 0 and "There was an error processing assignment" in log, log[-4000:]
+    assert "拒绝启动自动评分 kernel" in log, log[-4000:]
+    assert not marker.exists()
 
 
 @pytest.mark.slow

@@ -96,7 +96,8 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     result = _base_result(spec, backend, scale)
     result["sandboxed"] = use_sandbox
     if not use_sandbox:
-        result["warnings"] = [policy.NO_SANDBOX_WARNING]
+        result["warnings"] = [policy.IN_KERNEL_SANDBOX_NOTE if os.environ.get("VRAMLAB_IN_KERNEL_SANDBOX")
+                              else policy.NO_SANDBOX_WARNING]
     try:
         check_source(source, spec.function)
     except SubmissionError as e:

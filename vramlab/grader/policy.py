@@ -143,6 +143,8 @@ def sandbox_env(gpu: bool = False) -> dict[str, str]:
 NO_SANDBOX_WARNING = ("⚠ 这台机器上没有可用的 bubblewrap（bwrap）沙箱：学员代码将只在普通子进程里运行，"
                       "只有 Python 层面的防护。自测结果可以参考，但不能作为正式成绩。"
                       "在 Linux 上安装：sudo apt-get install bubblewrap")
+IN_KERNEL_SANDBOX_NOTE = ("ℹ 这次检查在 nbgrader 评分沙箱的 kernel 里运行：学员代码和这次评分在同一个沙箱里，"
+                          "进程外的显存读数不可用；正式成绩以教师在 kernel 之外的复评（scripts/grade_class.sh）为准。")
 NO_SANDBOX_REFUSAL = ("没有可用的 bubblewrap（bwrap）沙箱，拒绝批量评分：学员代码必须在操作系统沙箱里运行。"
                       "请在 Linux 上安装 bubblewrap（sudo apt-get install bubblewrap）；"
                       "确实要在没有沙箱的情况下评分，请加 --no-sandbox（只在信任提交者时这样做）")

@@ -103,7 +103,8 @@ def run_job(job: dict, source: str, timeout_s: float, memory_limit: int, use_san
     argv = policy.bwrap_argv(work, command, gpu=gpu) if use_sandbox else command
     env = policy.sandbox_env(gpu=gpu)
     if not use_sandbox:
-        env.update(HOME=str(work), TMPDIR=str(work), XDG_CACHE_HOME=str(work / ".cache"))
+        env.update(HOME=str(work), TMPDIR=str(work), XDG_CACHE_HOME=str(work / ".cache"),
+                   TORCHINDUCTOR_CACHE_DIR=str(work / ".inductor"))
     t0 = time.perf_counter()
     with open(outer / "stdout.txt", "wb") as out, open(outer / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -1,0 +1,62 @@
+"""Other correct ways to do an exercise pass too, with room to spare; near misses do not.
+
+tests/alternatives/<exercise-id>/<name>.py is a submission for that exercise whose first line says
+what the grader must make of it: `# expect: pass`, or `# expect: CATEGORY` (alternatives separated
+by `|`) for a counter-example that must fail with that reason category. A passing alternative must
+land at least 10% inside the target (ratio <= 0.9 x target_ratio): a technique that only just passes
+on the simulated device would fail for a learner whose numbers differ a little.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vramlab.grader.core import grade_file
+
+ROOT = Path(__file__).resolve().parent.parent
+ALTERNATIVES = sorted((ROOT / "tests" / "alternatives").glob("*/*.py"))
+MARGIN = 0.9
+# Known and not yet fixed: ZeRO-1 by hand saves half the optimizer state of the tiny model, which lands
+# at 0.81-0.83 against a target of 0.90 (margin 8-10%, not 10%). Retuning ch10's ci scale or target is
+# open work; these still must pass, only the margin is reported as an expected failure.
+THIN_MARGIN = {"ch10-zero": "ch10 的参考答案和替代做法只在目标内 8–10%（0.81–0.83 对 0.90），规模或目标还没有重调"}
+
+
+def _expect(path: Path) -> set[str]:
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# expect:"), path
+    allowed = {c.strip() for c in first.split(":", 1)[1].split("|") if c.strip()}
+    assert allowed, path
+    return allowed
+
+
+def test_alternatives_cover_the_exercises():
+    by_exercise: dict[str, set[str]] = {}
+    for p in ALTERNATIVES:
+        by_exercise.setdefault(p.parent.name, set()).update(_expect(p))
+    for exercise in ("ch06-mixed-precision", "ch07-checkpoint", "ch10-zero"):
+        assert "pass" in by_exercise.get(exercise, set()), exercise
+    for exercise in ("ch06-mixed-precision", "ch07-checkpoint"):
+        assert by_exercise[exercise] - {"pass"}, f"{exercise}: no counter-example"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALTERNATIVES, ids=[f"{p.parent.name}/{p.stem}" for p in ALTERNATIVES])
+def test_alternative(path):
+    from vramlab.exercises import get_exercise
+
+    get_exercise(path.parent.name)                  # the folder names a real exercise
+    expected = _expect(path)
+    r = grade_file(path.parent.name, path, reuse_baseline=True)    # one trusted starter run per exercise
+    assert r["reason"] and any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])     # Chinese reason
+    if "pass" in expected:
+        assert r["passed"] and r["category"] == "ok" and r["score"] == r["max_score"], r["reason"]
+        if r["ratio"] > MARGIN * r["target_ratio"] and path.parent.name in THIN_MARGIN:
+            pytest.xfail(THIN_MARGIN[path.parent.name])
+        assert r["ratio"] <= MARGIN * r["target_ratio"], (
+            f"passes, but only {r['ratio']:.3f} against a target of {r['target_ratio']:.2f} "
+            f"(needs <= {MARGIN * r['target_ratio']:.3f})")
+    else:
+        assert not r["passed"] and r["score"] == 0, r["reason"]
+        assert r["category"] in expected, r["reason"]

@@ -106,3 +106,19 @@ def test_observer_flags_memory_the_report_does_not_explain():
     excess, allowed = observer.hidden_memory(cheat, [150 * MiB], starter, [250 * MiB])
     assert excess == 100 * MiB > allowed
     assert observer.hidden_memory([observer.RankObservation()], [0], starter, [250 * MiB]) is None
+
+
+@needs_bwrap
+def test_a_course_under_tmp_is_not_hidden_by_the_private_tmp(tmp_path, monkeypatch):
+    """CI clones the course under /tmp: the sandbox's own /tmp must not cover the package."""
+    import shutil
+
+    course = tmp_path / "course"
+    shutil.copytree(policy.PACKAGE_DIR, course / "vramlab", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(policy, "PACKAGE_DIR", course / "vramlab")
+    (tmp_path / "work").mkdir()
+    code = (f"import os, sys; sys.path.insert(0, {str(course)!r}); import vramlab.grader.policy as p; "
+            f"print(p.__file__, os.listdir({str(course / 'vramlab' / 'exercises')!r}))")
+    out = run_inside(tmp_path / "work", code)
+    assert out.returncode == 0, out.stderr
+    assert str(course / "vramlab") in out.stdout and "[]" in out.stdout

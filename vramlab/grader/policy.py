@@ -102,6 +102,8 @@ def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False
             "--die-with-parent", "--new-session", "--as-pid-1", *_system_mounts()]
     if network:
         args.insert(2, "--share-net")
+    # the private /tmp first: a course (and its venv) under /tmp is then bound on top of it, not hidden by it
+    args += ["--bind", str(workdir / "tmp"), "/tmp"]
     for root in python_roots():
         args += _ro_bind_real(root)
     if not any(str(PACKAGE_DIR).startswith(r + os.sep) for r in python_roots()):
@@ -116,8 +118,8 @@ def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False
         args += gpu_mounts()
     # writable: only the grading's own folder; /tmp and /dev/shm are folders in it, so that what
     # is written there is on disk and counted by the observer as written bytes, not hidden memory
-    args += ["--bind", str(workdir), SUBMISSION_DIR, "--bind", str(workdir / "tmp"), "/tmp",
-             "--bind", str(workdir / "shm"), "/dev/shm", "--remount-ro", "/", "--chdir", SUBMISSION_DIR, "--"]
+    args += ["--bind", str(workdir), SUBMISSION_DIR, "--bind", str(workdir / "shm"), "/dev/shm",
+             "--remount-ro", "/", "--chdir", SUBMISSION_DIR, "--"]
     return args + command
 
 

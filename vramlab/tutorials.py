@@ -40,7 +40,7 @@ def sha256_text(text: str) -> str:
 
 # Grading code that no tutorial imports (tests/test_tutorials.py checks that none does): a change
 # there cannot change a tutorial's outputs, so it does not make them stale.
-NOT_IMPORTED_BY_TUTORIALS = ("grader", "exercises", "notebook_check.py", "batch.py", "tutorials.py")
+NOT_IMPORTED_BY_TUTORIALS = ("grader", "exercises", "notebook_check.py", "notebooks.py", "batch.py", "tutorials.py")
 
 
 def package_sha256() -> str:

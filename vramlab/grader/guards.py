@@ -44,11 +44,13 @@ RULE_ZH = {
 
 
 def learner_is_caller(depth: int = 2) -> bool:
-    """Is the code `depth` frames up the learner's own (not torch's, not the harness's)?"""
+    """Is the code `depth` frames up the learner's own (not torch's, not the harness's)? Code with
+    no file behind it counts as the learner's: `exec` under a faked module name is the learner's too."""
     try:
-        return sys._getframe(depth).f_code.co_filename == LEARNER_FILE
+        filename = sys._getframe(depth).f_code.co_filename
     except ValueError:
         return False
+    return filename == LEARNER_FILE or filename.startswith("<")
 
 
 def _under(path: str, roots) -> bool:

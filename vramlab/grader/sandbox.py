@@ -33,6 +33,7 @@ from . import observer, policy
 from ..units import MiB
 
 OUTPUT_LIMIT = 64 * MiB
+RANK_GRACE_S = 20.0        # how long the other ranks may take to say done after the first one did
 RESULT_LIMIT = 8 * MiB
 
 
@@ -148,9 +149,12 @@ def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:
         buffers[rank], phase[rank] = b"", "setup"
     known: set[int] = set()
     deadline = time.monotonic() + timeout_s
+    grace = None          # honest ranks say done together (a barrier precedes it); a failed one alone
     try:
         while any(p != "done" for p in phase.values()):
             left = deadline - time.monotonic()
+            if grace is not None and time.monotonic() > grace:
+                return None, False         # the others wait in a collective for the rank that failed
             if left <= 0:
                 return None, True
             events = sel.select(timeout=min(left, 0.5))
@@ -172,6 +176,7 @@ def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:
                         return error, False
                     if phase[rank] == "done" and any(p != "done" for p in phase.values()):
                         sel.unregister(key.fd)
+                        grace = grace or time.monotonic() + RANK_GRACE_S
                         break
     finally:
         sel.close()
@@ -210,7 +215,10 @@ def merge_ranks(run: ChildRun, payloads: list) -> None:
     if len(payloads) == 1:
         run.payload = payloads[0]
         return
-    for rank, p in enumerate(payloads):
+    # a rank that says why it failed first; a rank stopped while waiting for it has no result at all
+    order = sorted(range(len(payloads)), key=lambda r: not isinstance(payloads[r], dict))
+    for rank in order:
+        p = payloads[rank]
         if not isinstance(p, dict) or not p.get("ok") or p.get("violations"):
             if isinstance(p, dict) and isinstance(p.get("error"), dict):
                 p = dict(p, error=dict(p["error"], message=f"rank {rank}：{p['error'].get('message', '')}"))

@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make serve   install what is needed and serve the course at http://127.0.0.1:8000
 #   make test    install what is needed and run the whole test suite
+#   make check   the fast tier (no processes started): unit tests, judges on recorded results
 # torch is pinned: on a CPU-only machine pip takes a local/CPU wheel where one is provided,
 # on a Linux machine with an NVIDIA GPU PyPI's default wheel is the CUDA build.
 PYTHON ?= python3
@@ -9,7 +10,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.vramlab-installed
 
-.PHONY: install serve site chromium bubblewrap test lab bench calibrate clean
+.PHONY: install serve site chromium bubblewrap test check lab bench calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,10 @@ bubblewrap:
 
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/python -m pytest -q
+
+# The daily loop: unit tests and the judges on recorded results; no test here may start a process.
+check: $(STAMP)
+	VRAMLAB_NO_CHILD_PROCESSES=1 $(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
 lab: $(STAMP) bubblewrap
 	$(BIN)/jupyter lab exercises/

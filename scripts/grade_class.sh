@@ -3,11 +3,14 @@
 #   scripts/grade_class.sh                                   # nbgrader/submitted/*/*/*.ipynb，2 个 worker
 #   WORKERS=8 scripts/grade_class.sh nbgrader/submitted/*/ch07-checkpoint/*.ipynb
 #   OUT=grades.csv BACKEND=cuda scripts/grade_class.sh
+#   scripts/grade_class.sh --fresh                           # 不复用已有成绩，从头评（旧 journal 改名为 .bak）
 # 每份提交调用一次 vramlab.grader.grade_file（与 vramlab.check / vramlab grade 相同的隔离评分器）；
 # 某一份出错只记为 0 分并写明原因，不会中断整批。在 GPU 上 WORKERS 不要超过显卡数。
+# 每评完一份就追加到 $OUT.journal.jsonl：Ctrl-C、kill 或断电之后，用同一条命令重跑，
+# 只评还没评的和改过的提交；中断时已评的成绩也会写进 CSV（退出码 130 / 143）。
+# WORKERS 由 vramlab.batch 自己读取（不是正整数时给出中文错误）；其余参数原样传给它。
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-exec "$PY" -m vramlab.batch --workers "${WORKERS:-2}" --backend "${BACKEND:-sim}" \
-    --csv "${OUT:-nbgrader/vramlab_grades.csv}" "$@"
+exec "$PY" -m vramlab.batch --backend "${BACKEND:-sim}" --csv "${OUT:-nbgrader/vramlab_grades.csv}" "$@"

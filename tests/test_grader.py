@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import vramlab
+from vramlab.grader import slots
 from vramlab.grader.core import grade_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +85,7 @@ def hostile_results(tmp_path_factory):
         with ThreadPoolExecutor(2) as ex:
             results = dict(ex.map(one, jobs))
     finally:
+        slots.close_all()                               # warm sandboxes made here leave nothing either
         tempfile.tempdir = saved
         signal.signal(signal.SIGURG, old_handler)
     return {"results": results, "new_tmp": [p.name for p in private.iterdir()],

@@ -46,3 +46,17 @@ def test_stale_detection_notices_a_changed_source(tmp_path, monkeypatch):
     assert tutorials.stale(src) is None
     src.write_text("# %%\nprint('二')\n", encoding="utf-8")
     assert "过期" in tutorials.stale(src)
+
+
+def test_freshness_hash_covers_what_a_tutorial_imports_and_nothing_else():
+    def names(text):
+        return {p.relative_to(tutorials.PACKAGE).as_posix() for p in tutorials.import_closure(text)}
+
+    lazy = names("import vramlab\nm = vramlab.measure(lambda: None)\n")     # a lazy attribute of the package
+    assert {"__init__.py", "meter.py", "sim/device.py"} <= lazy and not any(n.startswith("grader/") for n in lazy)
+    small = names("from vramlab.units import MiB\n")
+    assert small == {"__init__.py", "units.py"}
+    text = "from vramlab.units import MiB\nprint(MiB)\n"
+    assert tutorials.package_sha256(text) == tutorials.package_sha256(text)
+    for source in SOURCES:              # grading code never makes a tutorial stale
+        assert not any(n.startswith(("grader/", "exercises/")) for n in names(source.read_text(encoding="utf-8")))

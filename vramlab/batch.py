@@ -1,4 +1,4 @@
-"""Grade many submissions on one machine, with bounded parallelism and a progress bar.
+"""Grade many submissions on one machine, with bounded parallelism, a progress bar and a journal.
 
     python -m vramlab.batch --workers 2 --csv nbgrader/vramlab_grades.csv nbgrader/submitted/*/*/*.ipynb
 
@@ -11,24 +11,63 @@ graded (broken file, grader error) becomes one row with score 0 and the reason; 
 batch. The exercise id and the student id are read from nbgrader's layout
 `.../<student>/<exercise>/<file>.ipynb` (or given with `--exercise`).
 
+Durable and resumable: each finished grading is appended at once to a journal (one JSON line,
+fsynced; `<csv>.journal.jsonl` by default). A rerun of the same command reuses the rows whose key
+(exercise, student, the file's bytes, backend, scale) still matches, so only what is missing or
+changed is graded again; `--fresh` starts over. Ctrl-C (SIGINT) or SIGTERM stops the batch cleanly:
+the workers and their gradings are killed, the CSV of what is done is written (atomically, like
+at the end), and the exit code is 130 or 143.
+
 For more than one machine, use an existing scheduler (Slurm job array, Kubernetes Indexed Job,
 see docs/guide/grading.md) running `vramlab grade EXERCISE PATH --json` per submission.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import errno
 import glob
+import hashlib
 import json
 import multiprocessing
 import os
+import shutil
+import signal
+import statistics
 import sys
+import tempfile
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+
+from .cli import ChineseArgumentParser, _positive_int
+
+try:
+    import fcntl
+except ImportError:           # pragma: no cover - Windows: the journal is not locked
+    fcntl = None
 
 FIELDS = ["student", "exercise", "path", "passed", "score", "max_score", "ratio", "target_ratio", "peak_bytes",
           "baseline_peak_bytes", "correct", "category", "reason", "backend", "seconds"]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_OS_ERRORS_ZH = {errno.EACCES: "没有写权限", errno.EPERM: "没有权限", errno.EROFS: "文件系统是只读的",
+                 errno.ENOSPC: "磁盘已满", errno.EEXIST: "路径上有同名的文件", errno.ENOTDIR: "路径上有同名的文件"}
+
+
+class BatchError(Exception):
+    """A user-facing failure before any grading (the message is Chinese)."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped `grade_many`. `rows`: the finished rows in input order (reused ones
+    included, all of them in the journal); `graded`: how many of those this run graded;
+    `remaining`: how many submissions were not graded."""
+
+    def __init__(self, signum: int, rows: list[dict], graded: int, remaining: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum, self.rows, self.graded, self.remaining = signum, rows, graded, remaining
 
 
 def infer_job(path, exercise: str | None = None) -> tuple[str, str, str]:
@@ -43,6 +82,20 @@ def infer_job(path, exercise: str | None = None) -> tuple[str, str, str]:
                 break
     student = p.parent.parent.name if p.parent.name == exercise else p.parent.name
     return student, exercise or "", str(p)
+
+
+def job_key(job: tuple[str, str, str], backend: str, scale: str) -> str | None:
+    """sha256 of what a grade depends on: exercise, student, the file's bytes, backend and scale.
+    None for a file that cannot be read: such a job is never reused."""
+    student, exercise, path = job
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    h = hashlib.sha256(json.dumps([exercise, student, backend, scale]).encode())
+    h.update(b"\n")
+    h.update(data)
+    return h.hexdigest()
 
 
 def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, sandbox: str = "require") -> dict:
@@ -70,14 +123,216 @@ def _resolve_backend(backend: str) -> str:
     return "cuda" if torch.cuda.is_available() else "sim"
 
 
+# -- the journal: one JSON line per finished grading ------------------------------------------------
+
+def _open_journal(path: Path, fresh: bool = False):
+    """The journal opened for appending, and its rows by key. Locked, so that two batches never
+    write one journal; a torn last line (a crash while writing it) is cut off."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh and path.exists():
+            os.replace(path, path.with_name(path.name + ".bak"))
+        f = open(path, "a+b")
+    except OSError as e:
+        raise BatchError(f"无法打开 journal {path}（{_OS_ERRORS_ZH.get(e.errno, e.strerror or e)}）") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise BatchError(f"另一个评分进程正在写 {path}：等它结束，或用 --journal 换一个文件") from None
+    f.seek(0)
+    data = f.read()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        f.truncate(end)
+    rows = {}
+    for line in data[:end].splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("key"):
+            rows[row["key"]] = row              # a later line for the same key wins
+    _fsync_dir(path.parent)
+    return f, rows
+
+
+def _append(journal, key: str | None, row: dict) -> None:
+    """On disk before the batch goes on: a crash loses at most the line being written."""
+    journal.write((json.dumps({"key": key, **row}, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
+    journal.flush()
+    os.fsync(journal.fileno())
+
+
+def _fsync_dir(folder) -> None:
+    """Make a new or renamed entry of `folder` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- signals and the pool's workers ------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _catch_signals():
+    """While grading, SIGINT and SIGTERM only note themselves: the loop stops at a clean point."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():   # handlers are the main thread's
+        yield caught
+        return
+    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS}
+    try:
+        yield caught
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _signals_blocked():
+    """Processes started in here inherit the blocked mask: a worker unblocks once its handlers are
+    set, so a Ctrl-C while it imports prints no KeyboardInterrupt traceback."""
+    if not hasattr(signal, "pthread_sigmask"):        # pragma: no cover - Windows
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _worker_init(parent_pid: int, stop, tmp: str) -> None:
+    """In each pool worker. Its gradings' temp folders go under the batch's folder, which the parent
+    removes. Ctrl-C (the terminal sends it to the whole process group) is the parent's to handle;
+    SIGTERM ends the worker and what it started. A thread watches `stop`, the read end of a pipe
+    whose write end only the parent holds: it reads EOF when the parent closes it or is gone."""
+    tempfile.tempdir = tmp
+    signal.signal(signal.SIGINT, lambda signum, frame: None)   # not SIG_IGN: the gradings' children would inherit it
+    signal.signal(signal.SIGTERM, lambda signum, frame: _end_worker(parent_pid, tmp))
+    # started while the signals are still blocked (see _signals_blocked), the thread keeps them
+    # blocked: they go to the main thread, which runs the handlers
+    threading.Thread(target=_watch, args=(parent_pid, stop, tmp), daemon=True).start()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _watch(parent_pid: int, stop, tmp: str) -> None:
+    while not stop.poll(0.5) and os.getppid() == parent_pid:     # getppid: in case the pipe was inherited
+        pass
+    # End in the main thread: it is the one that starts the gradings' processes, so none starts
+    # after the kill; the signal interrupts whatever it waits for.
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        time.sleep(2)                       # a main thread stuck in C code: end from here
+    _end_worker(parent_pid, tmp)
+
+
+def _end_worker(parent_pid: int, tmp: str) -> None:
+    _kill_children()
+    if os.getppid() != parent_pid:          # a SIGKILLed parent cannot remove the folder any more
+        shutil.rmtree(tmp, ignore_errors=True)
+    os._exit(1)
+
+
+def _kill_children() -> None:
+    """SIGKILL this process's children: the grader starts each in its own session, out of reach of
+    the terminal's Ctrl-C and of the end of this worker."""
+    me = os.getpid()
+    for stat in glob.glob("/proc/[0-9]*/stat"):         # Linux; elsewhere nothing to scan
+        try:
+            with open(stat, "rb") as f:
+                ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[1:3]
+            if int(ppid) == me:
+                pid = int(stat.split("/")[2])
+                os.killpg(pid, signal.SIGKILL) if int(pgrp) == pid else os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def _start_pool(workers: int):
+    """A pool of spawned workers (no fork of a process that may hold CUDA or threads), the pipe
+    that stops them (see _worker_init) and the folder for their gradings' temp files. Not a
+    multiprocessing.Event: setting one waits for every process that waited on it, dead or not."""
+    ctx = multiprocessing.get_context("spawn")
+    stop_r, stop_w = ctx.Pipe(duplex=False)
+    tmp = tempfile.mkdtemp(prefix="vramlab-batch-")
+    pool = ProcessPoolExecutor(max_workers=max(1, int(workers)), mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(), stop_r, tmp))
+    return pool, (stop_r, stop_w), tmp
+
+
+def _stop_pool(pool: ProcessPoolExecutor, stop, tmp: str, kill: bool) -> None:
+    """Shut the pool down; with `kill`, end its workers now instead of letting them finish. The
+    pending futures are not cancelled first: the pool fails them itself once its workers are gone
+    (Python 3.11's pool would trip over a cancelled one there)."""
+    if kill:
+        procs = list((pool._processes or {}).values())     # no public way to reach them before Python 3.14
+        stop[1].close()                                 # see _worker_init
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    pool.shutdown(wait=True)
+    for end in stop:
+        end.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the batch -----------------------------------------------------------------------------------------
+
+def _result(fut, job: tuple[str, str, str]) -> dict:
+    try:
+        return fut.result()
+    except Exception as e:  # noqa: BLE001 - a worker that died (e.g. killed) is one failed row
+        student, ex, path = job
+        return {"student": student, "exercise": ex, "path": path, "passed": False, "score": 0,
+                "category": "grader_error", "reason": f"{type(e).__name__}: {e}"}
+
+
+def _progress_bar(total: int, done: int):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:          # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, initial=done, desc="评分", unit="份", file=sys.stderr)
+
+
+def _summary(graded: list[dict], reused: int, wall_s: float) -> str:
+    """This run's numbers: gradings done now, reused, wall time, median latency, throughput."""
+    text = f"本次评分 {len(graded)} 份，复用已有成绩 {reused} 份，用时 {wall_s:.1f} 秒"
+    seconds = [r["seconds"] for r in graded if isinstance(r.get("seconds"), (int, float))]
+    if seconds:
+        text += f"；单份评分耗时中位数 {statistics.median(seconds):.1f} 秒"
+    if graded and wall_s > 0:
+        text += f"，全班吞吐 {len(graded) / wall_s * 60:.1f} 份/分钟"
+    return text
+
+
 def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: str = "sim", scale: str | None = None,
-               timeout_s: float | None = None, progress: bool = True, sandbox: str = "require") -> list[dict]:
+               timeout_s: float | None = None, progress: bool = True, sandbox: str = "require",
+               journal=None, fresh: bool = False, executor=None) -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
     row per path, in the order given. Each grading itself starts two isolated children (the starter
     and the submission), so `workers` = 1 per GPU, or about cores/2 on the simulated device.
     `backend="sim"` with the ci scale is what `vramlab.check()` in the notebook uses. Learner code
     runs in the OS sandbox: without bubblewrap the batch refuses to start (`sandbox="off"` to
-    override, only for submissions you trust)."""
+    override, only for submissions you trust).
+
+    `journal` (a path): every finished row is appended there at once, and rows already there whose
+    key still matches are reused instead of graded again (not those of a grader error); `fresh=True`
+    renames an existing journal to `.bak` first. SIGINT or SIGTERM (main thread only) raise
+    `Interrupted` after the pool is killed. `executor`: run the gradings in this
+    `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
+    see a monkeypatched `_grade_one`); it is not shut down here."""
     from .grader import policy
 
     if sandbox == "require" and policy.bwrap_path() is None:
@@ -85,63 +340,98 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     backend = _resolve_backend(backend)
     scale = scale or ("gpu" if backend == "cuda" else "ci")
     jobs = [infer_job(p, exercise) for p in paths]
+    keys = [job_key(job, backend, scale) for job in jobs]
     rows: list[dict | None] = [None] * len(jobs)
-    bar = None
-    if progress:
+    log, known = _open_journal(Path(journal), fresh) if journal else (None, {})
+    for i, key in enumerate(keys):
+        old = known.get(key) if key else None
+        if old is not None and old.get("category") != "grader_error":    # a grader failure is retried
+            rows[i] = {k: v for k, v in old.items() if k != "key"} | {"path": jobs[i][2]}
+    todo = [i for i, r in enumerate(rows) if r is None]
+    reused = len(jobs) - len(todo)
+    if progress and reused:
+        print(f"已有 {reused} 份成绩（{journal}），跳过；还要评 {len(todo)} 份", file=sys.stderr)
+    bar = _progress_bar(len(jobs), reused) if progress else None
+    t0 = time.perf_counter()
+    pending: set = set()
+    with _catch_signals() as caught:
+        pool, stop, tmp = _start_pool(workers) if executor is None else (executor, None, None)
         try:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(jobs), desc="评分", unit="份", file=sys.stderr)
-        except ImportError:          # pragma: no cover - tqdm is a dependency
-            bar = None
-    ctx = multiprocessing.get_context("spawn")     # no fork of a process that may hold CUDA / threads
-    with ProcessPoolExecutor(max_workers=max(1, int(workers)), mp_context=ctx) as pool:
-        futures = {pool.submit(_grade_one, job, backend, scale, timeout_s, sandbox): i for i, job in enumerate(jobs)}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                rows[i] = fut.result()
-            except Exception as e:  # noqa: BLE001 - a worker that died (e.g. killed) is one failed row
-                student, ex, path = jobs[i]
-                rows[i] = {"student": student, "exercise": ex, "path": path, "passed": False, "score": 0,
-                           "category": "grader_error", "reason": f"{type(e).__name__}: {e}"}
+            with _signals_blocked():                        # the workers start here (see _signals_blocked)
+                futures = {pool.submit(_grade_one, jobs[i], backend, scale, timeout_s, sandbox): i for i in todo}
+            pending = set(futures)
+            while pending and not caught:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=futures.get):       # the same order every time
+                    if caught and fut.exception() is not None:
+                        continue                # its worker got the same signal (sent to the group): no result
+                    i = futures[fut]
+                    rows[i] = r = _result(fut, jobs[i])
+                    if log is not None:
+                        _append(log, keys[i], r)
+                    if bar is not None:
+                        bar.set_postfix_str(f"{r['student']}/{r['exercise']}: {r.get('score', 0)} 分")
+                        bar.update(1)
+        finally:
+            if executor is None:
+                _stop_pool(pool, stop, tmp, kill=bool(pending))
+            else:
+                for fut in pending:
+                    fut.cancel()
+            if log is not None:
+                log.close()
             if bar is not None:
-                r = rows[i]
-                bar.set_postfix_str(f"{r['student']}/{r['exercise']}: {r.get('score', 0)} 分")
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    return [r for r in rows if r is not None]
+                bar.close()
+    graded = [rows[i] for i in todo if rows[i] is not None]
+    if progress:
+        print(_summary(graded, reused, time.perf_counter() - t0), file=sys.stderr)
+    finished = [r for r in rows if r is not None]
+    if caught and len(finished) < len(jobs):
+        raise Interrupted(caught[0], finished, len(graded), len(jobs) - len(finished))
+    return finished
+
+
+def check_destination(path) -> str | None:
+    """Why `path` cannot be written (its folder is created here if missing), or None if it can."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{p} 是一个文件夹，不能写成文件"
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p.parent):
+            pass
+        if p.exists():
+            with open(p, "ab"):
+                pass
+    except OSError as e:
+        return f"无法写入 {p}（{_OS_ERRORS_ZH.get(e.errno, e.strerror or e)}）"
+    return None
 
 
 def write_csv(rows, path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    """Atomically: a temp file in the same folder, then os.replace. A reader, or a crash, sees the
+    old CSV or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow(r)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vramlab.batch", description="并行评分多份提交（进程池 + 进度条）")
-    parser.add_argument("paths", nargs="*", help="提交的文件；默认 nbgrader/submitted/*/*/*.ipynb")
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", 2)), help="同时评分的份数（默认 2）")
-    parser.add_argument("--exercise", help="练习编号（默认从路径 <学号>/<编号>/ 推断）")
-    parser.add_argument("--backend", choices=("sim", "cuda", "auto"), default="sim",
-                        help="sim（默认，与 notebook 里的 check() 相同）、cuda，或 auto（有 GPU 就用 cuda）")
-    parser.add_argument("--scale", choices=("ci", "gpu"), default=None, help="默认：cuda 用 gpu，sim 用 ci")
-    parser.add_argument("--timeout", type=float, default=None, help="每份提交的超时（秒）")
-    parser.add_argument("--csv", help="把结果写成 CSV")
-    parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
-    parser.add_argument("--no-sandbox", action="store_true",
-                        help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
-    args = parser.parse_args(argv)
-    paths = args.paths or sorted(glob.glob(os.path.join("nbgrader", "submitted", "*", "*", "*.ipynb")))
-    if not paths:
-        print("没有找到要评分的提交。", file=sys.stderr)
-        return 2
-    rows = grade_many(paths, workers=args.workers, exercise=args.exercise, backend=args.backend, scale=args.scale,
-                      timeout_s=args.timeout, sandbox="off" if args.no_sandbox else "require")
+def _report(rows, args) -> None:
+    """The CSV (if asked) and one line per row on stdout."""
     if args.csv:
         write_csv(rows, args.csv)
     for r in rows:
@@ -150,6 +440,63 @@ def main(argv=None) -> int:
         else:
             mark = "通过" if r.get("passed") else "未通过"
             print(f"{r['student']}\t{r['exercise']}\t{r.get('score', 0)}/{r.get('max_score', '?')}\t{mark}\t{r.get('reason', '')}")
+
+
+def main(argv=None) -> int:
+    parser = ChineseArgumentParser(prog="python -m vramlab.batch", description="并行评分多份提交（进程池 + 进度条 + 可续评的 journal）")
+    parser.add_argument("paths", nargs="*", help="提交的文件；默认 nbgrader/submitted/*/*/*.ipynb")
+    parser.add_argument("--workers", help="同时评分的份数（默认取环境变量 WORKERS，否则 2）")
+    parser.add_argument("--exercise", help="练习编号（默认从路径 <学号>/<编号>/ 推断）")
+    parser.add_argument("--backend", choices=("sim", "cuda", "auto"), default="sim",
+                        help="sim（默认，与 notebook 里的 check() 相同）、cuda，或 auto（有 GPU 就用 cuda）")
+    parser.add_argument("--scale", choices=("ci", "gpu"), default=None, help="默认：cuda 用 gpu，sim 用 ci")
+    parser.add_argument("--timeout", type=float, default=None, help="每份提交的超时（秒）")
+    parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半）")
+    parser.add_argument("--journal", help="每评完一份就追加一行的记录文件（默认：<CSV>.journal.jsonl）；重跑时复用其中的成绩")
+    parser.add_argument("--fresh", action="store_true", help="不复用 journal 里的成绩，从头评分（旧 journal 改名为 .bak）")
+    parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
+    args = parser.parse_args(argv)
+    try:
+        workers = _positive_int(args.workers or os.environ.get("WORKERS", "2"))
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"{'--workers' if args.workers else '环境变量 WORKERS'} {e}")
+    paths = args.paths or sorted(glob.glob(os.path.join("nbgrader", "submitted", "*", "*", "*.ipynb")))
+    if not paths:
+        print("没有找到要评分的提交。", file=sys.stderr)
+        return 2
+    journal = args.journal or (args.csv + ".journal.jsonl" if args.csv else None)
+    for dest in (args.csv, journal):
+        reason = dest and check_destination(dest)
+        if reason:
+            print(f"错误：{reason}。还没有开始评分；请换一个 --csv / --journal 路径。", file=sys.stderr)
+            return 2
+    resume = f"用相同的命令重新运行会从这里继续（{journal}）。" if journal else "没有 journal（--csv 或 --journal），重新运行会从头评分。"
+    try:
+        rows = grade_many(paths, workers=workers, exercise=args.exercise, backend=args.backend, scale=args.scale,
+                          timeout_s=args.timeout, sandbox="off" if args.no_sandbox else "require",
+                          journal=journal, fresh=args.fresh)
+    except BatchError as e:
+        print(f"错误：{e}", file=sys.stderr)
+        return 2
+    except Interrupted as e:
+        try:
+            _report(e.rows, args)
+        except KeyboardInterrupt:
+            pass                     # a second Ctrl-C: the journal still holds every finished row
+        saved = f"已完成的成绩已写入 {args.csv}。" if args.csv else ""
+        print(f"已中断（{signal.Signals(e.signum).name}）：本次评了 {e.graded} 份，共完成 {len(e.rows)}/{len(paths)} 份，"
+              f"还剩 {e.remaining} 份没评。{saved}{resume}", file=sys.stderr)
+        return 128 + e.signum
+    except KeyboardInterrupt:        # before grade_many catches the signals itself
+        print(f"已中断。{resume}", file=sys.stderr)
+        return 130
+    try:
+        _report(rows, args)
+    except KeyboardInterrupt:
+        print(f"已中断。{resume}", file=sys.stderr)
+        return 130
     if args.csv:
         print(f"已写入 {args.csv}（{len(rows)} 行）", file=sys.stderr)
     return 1 if any(r.get("category") == "grader_error" for r in rows) else 0

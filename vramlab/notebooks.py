@@ -332,18 +332,37 @@ def nbgrader_cmd() -> list[str]:
 
 
 def release(root: Path, ids=None, quiet: bool = True) -> None:
-    """`nbgrader generate_assignment <id> --force` for each id, run in `root`, then normalise the
-    released notebooks in place (the release of each id is exercises/<id>/<id>.ipynb)."""
+    """`nbgrader generate_assignment <id> --force` for each id, run in `root` (one nbgrader process
+    for all of them: starting nbgrader costs seconds), then normalise the released notebooks in
+    place (the release of each id is exercises/<id>/<id>.ipynb)."""
     root = Path(root)
-    for i in exercise_ids(ids):
-        cmd = nbgrader_cmd() + ["generate_assignment", i, "--force"]
-        if quiet:
-            cmd.append("--log-level=WARN")
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=venv_env())
-        if proc.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment {i} 失败：\n{proc.stdout}\n{proc.stderr}")
+    ids = exercise_ids(ids)
+    code = f"from vramlab.notebooks import _generate_here; _generate_here({ids!r}, {quiet!r})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=venv_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment 失败：\n{proc.stdout}\n{proc.stderr}")
+    for i in ids:
         out = root / "exercises" / i / f"{i}.ipynb"
         out.write_text(normalize_notebook_text(out.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def _generate_here(ids, quiet: bool = True) -> None:
+    """In the course folder (cwd): nbgrader's own API, with the course's nbgrader_config.py."""
+    import logging
+
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=os.getcwd()).load_config()
+    config.CourseDirectory.root = os.getcwd()
+    api = NbGraderAPI(config=config)
+    if quiet:
+        api.log.setLevel(logging.WARN)
+    for i in ids:
+        r = api.generate_assignment(i, force=True, create=True)
+        if not r["success"]:
+            print(r.get("log", ""), r.get("error", ""), file=sys.stderr)
+            raise SystemExit(f"generate_assignment {i}")
 
 
 def copy_course(dest: Path) -> Path:

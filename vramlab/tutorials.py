@@ -38,17 +38,75 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-# Grading code that no tutorial imports (tests/test_tutorials.py checks that none does): a change
-# there cannot change a tutorial's outputs, so it does not make them stale.
+# Grading code that no tutorial imports (tests/test_tutorials.py checks that none does).
 NOT_IMPORTED_BY_TUTORIALS = ("grader", "exercises", "notebook_check.py", "notebooks.py", "batch.py", "tutorials.py")
 
 
-def package_sha256() -> str:
-    """One hash over the package's Python sources that a tutorial's output can depend on."""
-    h = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "__pycache__" in path.parts or path.relative_to(PACKAGE).parts[0] in NOT_IMPORTED_BY_TUTORIALS:
+def _module_file(name: str) -> Path | None:
+    """vramlab.a.b -> vramlab/a/b.py or vramlab/a/b/__init__.py (None outside the package)."""
+    parts = name.split(".")
+    if parts[0] != "vramlab":
+        return None
+    base = PACKAGE.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(text: str, module: str, is_package: bool) -> set[str]:
+    """Every vramlab module named by an import anywhere in `text` (also inside functions)."""
+    import ast
+
+    from vramlab import _LAZY
+
+    found: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(text)):
+        # `vramlab.measure(...)`: the package's lazy attributes (vramlab/__init__.py) import on first use
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "vramlab":
+            if node.attr in _LAZY:
+                found.add(_LAZY[node.attr])
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)      # `from vramlab import models`
+    return {n for n in found if n == "vramlab" or n.startswith("vramlab.")}
+
+
+def import_closure(text: str) -> list[Path]:
+    """The package's files a tutorial can run: the modules its code imports, what those import, and
+    so on (imports found statically, a superset of those that run), with every package __init__
+    on the way."""
+    todo = _imports(text, "__main__", False)
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):              # importing a.b.c runs a and a.b first
+            todo.add(".".join(parts[:i])) if ".".join(parts[:i]) not in seen and i < len(parts) else None
+        path = _module_file(name)
+        if path is None or name in seen:
             continue
+        seen[name] = path
+        todo |= _imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py") - set(seen)
+    return sorted(set(seen.values()))
+
+
+def package_sha256(text: str) -> str:
+    """One hash over what a tutorial's output can depend on in the package: its import closure and
+    the package's data files (what the modules read)."""
+    h = hashlib.sha256()
+    data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
+            and "__pycache__" not in p.parts]
+    for path in sorted(set(import_closure(text)) | set(data)):
         h.update(str(path.relative_to(PACKAGE)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -71,7 +129,7 @@ def execute(source: Path, out: Path | None = None) -> Path:
     nb.metadata["vramlab"] = {
         "source": source.name,
         "source_sha256": sha256_text(text),
-        "package_sha256": package_sha256(),
+        "package_sha256": package_sha256(text),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()} CPU" if not torch.cuda.is_available() else torch.cuda.get_device_name(0),
@@ -108,10 +166,11 @@ def stale(source: Path) -> str | None:
     if not out.exists():
         return f"{out.name} 不存在：请运行 vramlab tutorials run"
     meta = nbformat.read(out, as_version=4).metadata.get("vramlab", {})
-    if meta.get("source_sha256") != sha256_text(source.read_text(encoding="utf-8")):
+    text = source.read_text(encoding="utf-8")
+    if meta.get("source_sha256") != sha256_text(text):
         return f"{source.name} 改过了，输出已过期"
-    if meta.get("package_sha256") != package_sha256():
-        return "vramlab 包的代码改过了，输出已过期"
+    if meta.get("package_sha256") != package_sha256(text):
+        return "它导入的 vramlab 代码（或包里的数据文件）改过了，输出已过期"
     return None
 
 
@@ -122,6 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=("run", "check", "list"))
     p.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
     p.add_argument("--jobs", type=int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
+    p.add_argument("--stale", action="store_true", help="run 时只执行输出已过期的教程")
     args = p.parse_args(argv)
     chosen = [s for s in sources() if not args.only or s.stem in args.only.split(",")]
     if args.action == "list":
@@ -129,6 +189,9 @@ def main(argv=None) -> int:
             print(s.relative_to(ROOT), "->", output_for(s).relative_to(ROOT))
         return 0
     if args.action == "run":
+        if args.stale:
+            chosen = [s for s in chosen if stale(s)]
+            print(f"需要重新执行的教程：{len(chosen)} 份", flush=True)
         t0, failed = datetime.datetime.now(), []
         for s, out in execute_many([(s, None) for s in chosen], workers=args.jobs):
             seconds = (datetime.datetime.now() - t0).total_seconds()

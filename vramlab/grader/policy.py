@@ -91,15 +91,19 @@ def gpu_mounts() -> list[str]:
 
 
 def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False, network: bool = False,
-               extra_binds: tuple[str, ...] = ()) -> list[str]:
+               extra_binds: tuple[str, ...] = (), die_with_parent: bool = True) -> list[str]:
     """The full command line: `command` run in the sandbox with `workdir` as /submission.
     `network=True` keeps the host's network namespace (a Jupyter kernel must reach its client's
-    ZeroMQ ports); `extra_binds` are further paths bound read-only at the same place."""
+    ZeroMQ ports); `extra_binds` are further paths bound read-only at the same place. A warm
+    worker (slots.py) is started without `--die-with-parent`, which would tie it to the thread
+    that started it: it ends when its socket to the parent closes."""
     workdir = Path(workdir)
     for sub in ("tmp", "shm"):
         (workdir / sub).mkdir(exist_ok=True)
     args = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--as-pid-1", *_system_mounts()]
+            "--new-session", "--as-pid-1", *_system_mounts()]
+    if die_with_parent:
+        args.insert(6, "--die-with-parent")
     if network:
         args.insert(2, "--share-net")
     # the private /tmp first: a course (and its venv) under /tmp is then bound on top of it, not hidden by it

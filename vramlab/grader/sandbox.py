@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import observer, policy
+from . import observer, policy, slots
 from ..units import MiB
 
 OUTPUT_LIMIT = 64 * MiB
@@ -86,6 +86,69 @@ def _read_result(path: Path) -> dict | None:
 
 def run_job(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
             keep_dir: bool = False) -> ChildRun:
+    """Run every rank of `job` on `source`: forked from a warm worker (slots.py) on Linux, else in
+    a fresh interpreter. Either way the same harness, sandbox and ready/go/done protocol."""
+    if not slots.ENABLED or keep_dir:
+        return _run_cold(job, source, timeout_s, memory_limit, use_sandbox, keep_dir)
+    gpu = job.get("backend") == "cuda"
+    slot = slots.take(gpu, use_sandbox)
+    reusable = False
+    try:
+        if not slot.wait_warm() or not slot.prepare():
+            log = slot.worker_log()
+            raise RuntimeError(f"the grading worker did not start: {log[-800:]}")
+        run, reusable = _run_warm(slot, job, source, timeout_s, memory_limit)
+        return run
+    finally:
+        slots.give_back(slot, reusable)
+
+
+def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int) -> tuple[ChildRun, bool]:
+    world = int(job.get("world_size", 1))
+    (slot.work / "submission.py").write_text(source, encoding="utf-8")
+    job = dict(job, source_file=f"{slot.inside}/submission.py")
+    if world > 1:       # a fresh port per grading: the last one's may still be in TIME_WAIT
+        job.setdefault("init_method", f"tcp://127.0.0.1:{29500 + slot.jobs % 2000}" if slot.inside == policy.SUBMISSION_DIR
+                       else f"file://{slot.work}/rendezvous")
+    (slot.work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    pipes = [(os.pipe(), os.pipe()) for _ in range(world)]          # (ctl r, w), (status r, w)
+    out_path, err_path = slot.outer / f"stdout-{slot.jobs}.txt", slot.outer / f"stderr-{slot.jobs}.txt"
+    out, err = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    child_fds = [fd for (ctl, st) in pipes for fd in (ctl[0], st[1])] + [out, err]
+    request = {"job": f"{slot.inside}/job.json", "world": world, "cpu_seconds": int(timeout_s) + 10,
+               "memory": int(memory_limit), "output_limit": OUTPUT_LIMIT}
+    t0 = time.perf_counter()
+    try:
+        slot.start(request, child_fds)
+    finally:
+        for fd in child_fds:
+            os.close(fd)
+    obs = [observer.RankObservation() for _ in range(world)]
+    sampler = observer.nvml_sampler(job.get("backend") == "cuda")
+    protocol_error, timed_out = _converse(slot.proc, pipes, obs, timeout_s)
+    if sampler is not None:
+        peaks = sampler.stop()
+        for o in obs:
+            o.nvml_peak = peaks.get(o.host_pid)
+    statuses, reusable = slot.finish()
+    for (ctl, st) in pipes:
+        for fd in (ctl[1], st[0]):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    payloads = [_read_result(slot.work / f"result-{r}.json") for r in range(world)]
+    returncode = next((s for s in statuses or [] if s), 0 if statuses else None)
+    run = ChildRun(None, returncode, timed_out, time.perf_counter() - t0, _tail(err_path),
+                   protocol_error, obs, sandboxed=slot.inside == policy.SUBMISSION_DIR)
+    merge_ranks(run, payloads)
+    for path in (out_path, err_path):
+        path.unlink(missing_ok=True)
+    return run, reusable
+
+
+def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
+              keep_dir: bool = False) -> ChildRun:
     world = int(job.get("world_size", 1))
     outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
     work = outer / "work"

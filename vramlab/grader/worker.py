@@ -1,0 +1,160 @@
+"""Inside the sandbox: a warm worker that forks one harness process per rank of each grading.
+
+    python -I -m vramlab.grader.worker SOCKET_FD
+
+Importing torch and transformers costs several CPU-seconds, more than a small grading itself. This
+process pays it once: it runs as pid 1 of a sandbox (policy.py, started by slots.py), imports
+everything the harness needs, says `warm`, and then, for each job the parent sends on its socket
+(with the job's pipes and output files passed as descriptors), forks the ranks. Each rank runs
+harness.main() in a fresh copy of this process: no learner code has ever run in the worker itself,
+so every rank starts from the same clean state a new interpreter would have, minus the imports.
+
+Being pid 1 protects the worker from the learner: signals sent from inside its namespace to pid 1
+are dropped unless pid 1 handles them, and it handles none but SIGCHLD. /proc is read-only in the
+sandbox and the worker is not dumpable: no rank can write into its memory. The parent kills every
+other process of the sandbox after each job (slots.py) and wipes its folder.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+MAX_FDS = 16
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):       # not Linux: nothing to set
+        pass
+
+
+def warm_up() -> None:
+    """Import what every harness imports (harness.main imports them again: from sys.modules)."""
+    import torch
+    import torch.nn.functional  # noqa: F401
+    import torch.utils.checkpoint  # noqa: F401
+    import torch.optim.optimizer  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import transformers
+
+    for name in ("GPT2LMHeadModel", "BertForMaskedLM", "LlamaForCausalLM", "MixtralForCausalLM"):
+        getattr(transformers, name)                   # the lazy modules load here, once
+    from vramlab import models  # noqa: F401
+    from vramlab.sim import device  # noqa: F401
+    from . import harness, kinds  # noqa: F401
+    for name in kinds.KINDS:
+        kinds.get_kind(name)
+    del torch
+
+
+def _receive(sock: socket.socket):
+    """One request: (JSON dict, [fds]); None when the parent is gone."""
+    fds = array.array("i")
+    try:
+        msg, ancdata, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    except (ConnectionError, OSError):
+        return None
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - (len(data) % fds.itemsize)])
+    if not msg:
+        return None
+    return json.loads(msg), list(fds)
+
+
+def _rank(sock: socket.socket, request: dict, rank: int, ctl: int, status: int, out: int, err: int) -> None:
+    """In the forked child: limits, outputs, then the harness. Never returns."""
+    code = 70
+    try:
+        sock.close()
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _prctl(PR_SET_DUMPABLE, 1)              # the parent reads and resets its /proc counters
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        cpu, memory, output = int(request["cpu_seconds"]), int(request["memory"]), int(request["output_limit"])
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        except (ValueError, OSError):
+            pass
+        from . import harness
+        harness.main(["harness", request["job"], str(rank), str(ctl), str(status)])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException as exc:  # noqa: BLE001 - a harness failure: the parent sees no result file
+        try:
+            print(f"harness failure: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(code)
+
+
+def _status_of(wait_status: int) -> int:
+    return -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
+
+
+def serve(sock: socket.socket) -> None:
+    while True:
+        got = _receive(sock)
+        if got is None:
+            return
+        request, fds = got
+        world = int(request["world"])
+        out, err = fds[2 * world], fds[2 * world + 1]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ranks = {}
+        for rank in range(world):
+            pid = os.fork()
+            if pid == 0:
+                _rank(sock, request, rank, fds[2 * rank], fds[2 * rank + 1], out, err)
+            ranks[pid] = rank
+        for fd in fds:
+            os.close(fd)
+        statuses = [None] * world
+        while any(s is None for s in statuses):
+            if select.select([sock], [], [], 0.02)[0] and not sock.recv(1, socket.MSG_PEEK):
+                os._exit(0)                                 # the parent is gone: pid 1 ends, and the sandbox with it
+            try:
+                while True:
+                    pid, wait_status = os.waitpid(-1, os.WNOHANG)   # also reaps orphans left to pid 1
+                    if not pid:
+                        break
+                    if pid in ranks:
+                        statuses[ranks[pid]] = _status_of(wait_status)
+            except ChildProcessError:
+                break
+        sock.sendall((json.dumps({"event": "exited", "statuses": statuses}) + "\n").encode())
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def main(argv) -> int:
+    sock = socket.socket(fileno=int(argv[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # pid 1 handles nothing a learner could send
+    _prctl(PR_SET_DUMPABLE, 0)
+    warm_up()
+    sock.sendall(b'{"event": "warm"}\n')
+    serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

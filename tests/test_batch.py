@@ -396,6 +396,7 @@ def _all_gone(pids, timeout: float = 10.0) -> list[int]:
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals to process groups")
 @pytest.mark.parametrize("signame,group", [("SIGINT", True), ("SIGTERM", False), ("SIGTERM", True)],
                          ids=["ctrl-c", "kill-pid", "kill-group"])
+@pytest.mark.slow
 def test_interrupted_batch_saves_its_rows_and_a_rerun_finishes(tmp_path, signame, group):
     fake = FakeClass(tmp_path, 8)
     proc = fake.start(seconds=1.5)
@@ -429,6 +430,7 @@ def test_interrupted_batch_saves_its_rows_and_a_rerun_finishes(tmp_path, signame
     assert f"本次评分 {len(regraded)} 份" in err and "中位数" in err and "份/分钟" in err, err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals to process groups")
 def test_ctrl_c_with_an_idle_worker_and_a_long_grading(tmp_path):
     """Ctrl-C reaches every worker: an idle one prints no KeyboardInterrupt traceback, and a grading
@@ -447,6 +449,7 @@ def test_ctrl_c_with_an_idle_worker_and_a_long_grading(tmp_path):
     assert not _all_gone(pids), "a worker or a grading outlived the batch"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_sigint_to_the_workers_alone_is_ignored(tmp_path):
     """Ctrl-C reaches the workers too, from their first instant (while they import, between
@@ -466,6 +469,7 @@ def test_sigint_to_the_workers_alone_is_ignored(tmp_path):
     assert not list(fake.tmpdir.iterdir()), "temp folders left behind"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_workers_and_gradings_do_not_outlive_a_killed_batch(tmp_path):
     """SIGKILL cannot be caught: the workers notice the parent is gone and end with their gradings;

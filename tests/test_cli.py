@@ -7,6 +7,8 @@ import pytest
 
 from vramlab.units import MiB
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "vramlab.cli", *args], capture_output=True, text=True, timeout=300)

@@ -195,6 +195,7 @@ def test_breakdown_shape_and_json():
     assert list(d["breakdown"]) == list(E.KEYS)
 
 
+@pytest.mark.slow
 def test_no_torch_at_import():
     import subprocess
     code = "import sys, vramlab.estimate as E; E.estimate(E.Workload()); print('torch' in sys.modules)"

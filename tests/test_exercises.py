@@ -11,6 +11,8 @@ from vramlab.exercises import EXERCISES, get_exercise, list_exercises
 from vramlab.grader import grade_source
 from vramlab.grader.core import notebook_source
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 IDS = list(EXERCISES)
 # training kinds whose starter runs to the end and is judged too big (ch21's and ch30's overflow
 # their cards: tests/test_exercises_stage3b.py)

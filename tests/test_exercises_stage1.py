@@ -10,6 +10,8 @@ from vramlab.exercises import get_exercise
 from vramlab.grader import grade_source
 from vramlab.grader.report import format_result
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 KEYS = {"exercise", "kind", "passed", "score", "max_score", "peak_bytes", "baseline_peak_bytes", "ratio",
         "target_ratio", "correct", "reason", "backend", "category"}
 

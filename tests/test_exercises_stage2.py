@@ -11,6 +11,8 @@ from vramlab.exercises import get_exercise
 from vramlab.grader import grade_source
 from vramlab.grader.report import format_result
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 
 @pytest.mark.parametrize("exercise_id,starter_category", [
     ("ch09-tensor-parallel", "too_much_memory"), ("ch11-fragmentation", "too_much_memory"),

@@ -8,6 +8,8 @@ import pytest
 from vramlab.exercises import get_exercise
 from vramlab.grader import grade_source
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 
 @pytest.mark.parametrize("exercise_id", ["ch16-gqa", "ch17-moe", "ch18-rmsnorm"])
 def test_solution_passes_and_starter_fails(exercise_id):

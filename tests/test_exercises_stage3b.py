@@ -10,6 +10,8 @@ import pytest
 from vramlab.exercises import get_exercise
 from vramlab.grader import grade_source
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 
 def _graded(exercise_id, source):
     return grade_source(exercise_id, source, reuse_baseline=True)

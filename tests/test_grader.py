@@ -142,6 +142,7 @@ def _cli(*args, timeout=120):
                           timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_cli_exercises_json():
     out = _cli("exercises", "--json")
     assert out.returncode == 0, out.stderr
@@ -151,6 +152,7 @@ def test_cli_exercises_json():
     assert {"id", "chapter", "function", "target_ratio", "points", "notebook", "solution"} <= set(items[0])
 
 
+@pytest.mark.slow
 def test_cli_malformed_notebook_is_graded_zero(tmp_path):
     bad = tmp_path / "broken.ipynb"
     bad.write_text("{ this is not json", encoding="utf-8")
@@ -161,11 +163,13 @@ def test_cli_malformed_notebook_is_graded_zero(tmp_path):
     assert "JSON" in r["reason"]
 
 
+@pytest.mark.slow
 def test_cli_unknown_exercise_exits_nonzero(tmp_path):
     out = _cli("grade", "ch99-nope", str(tmp_path / "x.py"), "--json")
     assert out.returncode != 0 and "未知练习" in out.stderr
 
 
+@pytest.mark.slow
 def test_cli_grades_a_notebook_with_check_cell(tmp_path):
     from vramlab.exercises import get_exercise
     spec = get_exercise("ch07-checkpoint")
@@ -186,6 +190,7 @@ def test_cli_grades_a_notebook_with_check_cell(tmp_path):
     assert "通过" in human.stdout and "起始代码峰值" in human.stdout
 
 
+@pytest.mark.slow
 def test_check_is_lazy_and_callable():
     code = "import sys, vramlab; assert 'torch' not in sys.modules; f = vramlab.check; assert callable(f)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -148,6 +148,7 @@ def run(kc, code: str, timeout: float = 60) -> tuple[str, dict]:
     return "".join(out), reply["content"]
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_sandboxed_kernel_sees_and_writes_only_its_folder(sandboxed_kernel):
     course, work, _, kc = sandboxed_kernel
@@ -191,6 +192,7 @@ print(json.dumps(seen))
     assert not (course / "pwned").exists()
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_sandboxed_kernel_can_be_interrupted(sandboxed_kernel):
     """nbgrader interrupts a cell that runs past its timeout: by message, the kernel gets SIGINT."""

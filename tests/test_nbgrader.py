@@ -61,6 +61,7 @@ def test_generation_is_deterministic(eid):
         notebooks.dumps(notebooks.build_source_notebook(spec))
 
 
+@pytest.mark.slow
 def test_committed_notebooks_match_the_specs():
     """CI: regenerate solutions/ and exercises/ in a temp dir; the committed ones must be identical."""
     bad = notebooks.check()
@@ -127,6 +128,7 @@ def test_stderr_preprocessor_keeps_full_points():
     assert determine_grade(nb2.cells[0])[0] == 0              # a real failure still fails
 
 
+@pytest.mark.slow
 def test_nbgrader_config_loads_and_points_at_the_course(course):
     r = nbgrader(course, "db", "assignment", "list")   # loads nbgrader_config.py, reads the gradebook
     out = r.stdout + r.stderr
@@ -141,18 +143,37 @@ def test_nbgrader_config_loads_and_points_at_the_course(course):
 # ---------------------------------------------------------------------------------------------------
 # validate: the solution passes, the released starter fails every graded cell
 # ---------------------------------------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.parametrize("eid", VALIDATE_IDS)
-def test_validate_solution_passes(course, eid):
-    r = nbgrader(course, "validate", f"solutions/{eid}/{eid}.ipynb")
-    assert "Success! Your notebook passes all the tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
+SOLUTIONS_PASS = "Success! Your notebook passes all the tests."
+STARTERS_FAIL = "Success! The notebook does not pass any tests."
+
+
+@pytest.fixture(scope="module")
+def validated(course):
+    """One `nbgrader validate` for the solutions and one (--invert) for the released starters: a
+    new nbgrader costs seconds, each notebook still runs in its own kernel."""
+    solutions = nbgrader(course, "validate", *[f"solutions/{e}/{e}.ipynb" for e in VALIDATE_IDS])
+    starters = nbgrader(course, "validate", "--invert", *[f"exercises/{e}/{e}.ipynb" for e in VALIDATE_IDS])
+    return {"solutions": solutions, "starters": starters}
+
+
+def _validated_each(course, validated, which: str, eid: str, args: list[str], success: str):
+    r = validated[which]
+    if r.stdout.count(success) == len(VALIDATE_IDS):
+        return
+    alone = nbgrader(course, "validate", *args)           # which one: validate it alone for the message
+    assert success in alone.stdout, alone.stdout[-4000:] + alone.stderr[-4000:]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("eid", VALIDATE_IDS)
-def test_validate_released_starter_fails_every_graded_cell(course, eid):
-    r = nbgrader(course, "validate", "--invert", f"exercises/{eid}/{eid}.ipynb")
-    assert "Success! The notebook does not pass any tests." in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
+def test_validate_solution_passes(course, validated, eid):
+    _validated_each(course, validated, "solutions", eid, [f"solutions/{eid}/{eid}.ipynb"], SOLUTIONS_PASS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eid", VALIDATE_IDS)
+def test_validate_released_starter_fails_every_graded_cell(course, validated, eid):
+    _validated_each(course, validated, "starters", eid, ["--invert", f"exercises/{eid}/{eid}.ipynb"], STARTERS_FAIL)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -276,6 +297,7 @@ def test_class_end_to_end(course):
     assert float(rows.get("eve", {"score": 0})["score"]) == 0
 
 
+@pytest.mark.slow
 def test_autograde_refuses_without_sandbox(course):
     """No bubblewrap (not on PATH here): autograde's kernel refuses to start, nbgrader records the error
     for the submission and exits non-zero; nothing of the submission was executed."""

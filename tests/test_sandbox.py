@@ -44,6 +44,7 @@ def test_env_is_scrubbed(monkeypatch):
     assert "VRAMLAB_SECRET" not in env and env["HOME"] == policy.SUBMISSION_DIR
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_inside_the_course_is_absent_and_only_the_folder_is_writable(tmp_path):
     code = f"""
@@ -73,6 +74,7 @@ print("pid", os.getpid())
     assert "pid 1\n" in out.stdout                                # its own pid namespace
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_descriptor_relative_paths_cannot_escape(tmp_path):
     """dir_fd tricks: whatever the learner opens, the course is not in its mount namespace."""
@@ -108,6 +110,7 @@ def test_observer_flags_memory_the_report_does_not_explain():
     assert observer.hidden_memory([observer.RankObservation()], [0], starter, [250 * MiB]) is None
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_course_under_tmp_is_not_hidden_by_the_private_tmp(tmp_path, monkeypatch):
     """CI clones the course under /tmp: the sandbox's own /tmp must not cover the package."""

@@ -206,6 +206,7 @@ def test_measure_callable_and_with_block_agree():
     assert m1.peak_bytes == m2.peak_bytes == 2 * 4 * MiB
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", reference_rows(), ids=lambda r: r.name)
 def test_sim_reproduces_h200_reference_within_3_percent(row):
     """Every row of vramlab/data/h200_gpt2_peaks.md, under FakeTensorMode (seconds each)."""

@@ -21,6 +21,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 pytest.importorskip("mkdocs", reason="网站依赖未安装: pip install -e '.[site]'")
 pytest.importorskip("material", reason="网站依赖未安装: pip install -e '.[site]'")
 

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -20,6 +20,8 @@ from vramlab.trace.format import Event, build_trace
 from vramlab.webdata import CARDS_GB, CONTEXT_RESERVE_BYTES, fit_verdict
 from vramlab.workload import Workload, WorkloadError
 
+pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "docs" / "assets" / "traces"
 

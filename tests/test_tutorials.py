@@ -38,6 +38,7 @@ def test_tutorials_do_not_import_grading_code(source):
     assert "vramlab.check" not in text
 
 
+@pytest.mark.slow
 def test_stale_detection_notices_a_changed_source(tmp_path, monkeypatch):
     src = tmp_path / "ch99.py"
     src.write_text("# %%\nprint('一')\n", encoding="utf-8")

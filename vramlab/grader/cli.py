@@ -39,7 +39,8 @@ def cmd_grade_bench(args):
     from .bench import run
 
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
-        only=args.only.split(",") if args.only else None, sandbox="off" if args.no_sandbox else "auto")
+        only=args.only.split(",") if args.only else None, sandbox="off" if args.no_sandbox else "auto",
+        compare=args.compare, class_size=args.class_size)
     return 0
 
 
@@ -58,12 +59,15 @@ def add_commands(sub):
                    help="auto（默认）：有 bubblewrap 就在操作系统沙箱里运行，没有就警告；require：没有沙箱就拒绝评分（正式评分用）")
     g.add_argument("--no-sandbox", action="store_true", help="不用沙箱（只在信任提交者时使用）")
     g.set_defaults(func=cmd_grade)
-    b = sub.add_parser("grade-bench", help="用参考答案给每个练习评分一次，打印每个练习的耗时")
+    b = sub.add_parser("grade-bench", help="评分的耗时：每个练习参考答案的评分延迟，可选与以前做法的对比和全班吞吐")
     b.add_argument("--json", action="store_true")
     b.add_argument("--scale", choices=("ci", "gpu"), default="ci")
     b.add_argument("--starters", action="store_true", help="同时给起始代码评分（应当不通过）")
     b.add_argument("--only", help="只评这些练习（逗号分隔的编号）")
     b.add_argument("--no-sandbox", action="store_true", help="不用操作系统沙箱（对比沙箱的开销）")
+    b.add_argument("--compare", action="store_true",
+                   help="同时按以前的做法（每次新起解释器、每次重测起始代码）评一次，打印两者之比")
+    b.add_argument("--class-size", type=int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
     b.set_defaults(func=cmd_grade_bench)
 
 

@@ -28,9 +28,11 @@ MiB = 2 ** 20
 # Linux, and a /proc we may write (inside the nbgrader kernel's sandbox /proc is read-only: no observer)
 AVAILABLE = os.path.exists("/proc/self/status") and os.access("/proc/self/clear_refs", os.W_OK)
 # An honest submission's unexplained bytes may differ from the starter's by library buffers and
-# allocator rounding: measured at most ~10 MiB on the 30 exercises (scripts/observer_noise.py).
-TOLERANCE_BYTES = 16 * MiB
-TOLERANCE_FRACTION = 0.04          # of the starter's peak, for the larger GPU scales
+# allocator rounding: measured up to ~10 MiB here and 16.2 MiB on the CI machine (ch07's honest
+# checkpointing variants against one starter run), hence 24 MiB; the starter run kept for
+# comparison is the noisier of two (baselines.py).
+TOLERANCE_BYTES = 24 * MiB
+TOLERANCE_FRACTION = 0.06          # of the starter's peak, for the larger GPU scales
 WRITE_LIMIT_BYTES = 16 * MiB       # what the learner's phase may write beyond the starter's (logs), not tensors
 # NVML counts the CUDA context and the allocator's reserved (not only allocated) memory: looser
 NVML_TOLERANCE_BYTES = 64 * MiB

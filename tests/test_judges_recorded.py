@@ -1,0 +1,45 @@
+"""Every exercise's judge on recorded runs (scripts/record_judged_runs.py): no process started.
+
+The full tier grades the reference solutions and starters for real (tests/test_exercises*.py);
+here the same verdicts come in milliseconds from what those children reported, so a change to a
+judge or a target is checked in the daily loop (`make check`).
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from vramlab.exercises import EXERCISES, get_exercise
+from vramlab.grader.core import _base_result, _judged
+from vramlab.grader.kinds import get_kind
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "recorded"
+
+
+def _judge(eid: str, which: str) -> dict:
+    doc = json.loads((RECORDED / f"{eid}.json").read_text(encoding="utf-8"))
+    spec = get_exercise(eid)
+    bp, sp = doc["runs"]["baseline"]["payload"], doc["runs"][which]["payload"]
+    assert bp["ok"] and not bp["violations"], bp.get("error")
+    result = _base_result(spec, doc["backend"], doc["scale"])
+    result["baseline_peak_bytes"], result["baseline_step_seconds"] = bp.get("peak_bytes"), bp.get("step_seconds")
+    if not sp.get("ok") or sp.get("violations"):                # what core._child_failed would say
+        return dict(result, passed=False, category="failed_run", reason=str(sp.get("error") or sp.get("violations")))
+    return _judged(get_kind(spec.kind), spec, result, bp, sp)
+
+
+def test_every_exercise_is_recorded():
+    assert sorted(p.stem for p in RECORDED.glob("*.json")) == sorted(EXERCISES)
+
+
+@pytest.mark.parametrize("eid", list(EXERCISES))
+def test_recorded_solution_passes(eid):
+    r = _judge(eid, "solution")
+    assert r["passed"] and r["category"] == "ok" and r["score"] == r["max_score"], r["reason"]
+
+
+@pytest.mark.parametrize("eid", list(EXERCISES))
+def test_recorded_starter_fails(eid):
+    r = _judge(eid, "starter")
+    assert not r["passed"] and r["score"] == 0 and r["category"] != "ok", r["reason"]
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])         # the learner reads why, in Chinese

@@ -39,8 +39,11 @@ bubblewrap:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
 	  echo "bubblewrap 未安装：评分器只能在没有操作系统沙箱的情况下运行（沙箱测试将跳过；CI 中会失败）"; }
 
+# Two test processes (pytest-xdist, a file per process at a time): the graded children of one use
+# the core the other's test process leaves idle.
+TEST_JOBS ?= 2
 test: $(STAMP) chromium bubblewrap
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=15
 
 # The daily loop: unit tests and the judges on recorded results; no test here may start a process.
 check: $(STAMP)

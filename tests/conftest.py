@@ -8,7 +8,9 @@
 import os
 import tempfile
 
-os.environ["VRAMLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="vramlab-test-cache-")
+# one folder for the whole run: pytest-xdist's workers inherit it from the controller
+os.environ.setdefault("VRAMLAB_TEST_RUN_CACHE", tempfile.mkdtemp(prefix="vramlab-test-cache-"))
+os.environ["VRAMLAB_CACHE_DIR"] = os.environ["VRAMLAB_TEST_RUN_CACHE"]
 
 
 def pytest_collection_finish(session):      # collection may probe (pandoc, bwrap); tests may not start

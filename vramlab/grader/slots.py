@@ -61,7 +61,7 @@ class Slot:
                                          start_new_session=True)
         theirs.close()
         self.sock, self.buffer = ours, b""
-        self.warm, self.own_pids, self.jobs = False, set(), 0
+        self.warm, self.own_pids, self.jobs, self.skeleton = False, set(), 0, None
         self.folders = {name: os.lstat(self.work / name).st_ino for name in ("tmp", "shm") if (self.work / name).exists()}
 
     # -- the worker's messages ---------------------------------------------------------------------
@@ -100,12 +100,13 @@ class Slot:
     def prepare(self) -> bool:
         """Empty the folder for the next grading; False if it cannot be trusted to be empty."""
         try:
+            if self.skeleton is None:
+                self.skeleton = _skeleton(self.work)
             for entry in os.scandir(self.work):
                 if entry.name in self.folders:
                     if entry.is_symlink() or not entry.is_dir() or entry.inode() != self.folders[entry.name]:
                         return False
-                    for inner in os.scandir(entry.path):
-                        _remove(inner)
+                    _empty(entry.path, self.skeleton)
                 else:
                     _remove(entry)
             return all(os.lstat(self.work / name).st_ino == ino for name, ino in self.folders.items())
@@ -156,6 +157,24 @@ class Slot:
         shutil.rmtree(self.outer, ignore_errors=True)
 
 
+def _skeleton(work: Path) -> set[str]:
+    """The folders bubblewrap made inside tmp/ as mount points (a course or venv under /tmp is
+    bound on top of the private /tmp): they must stay, or the sandbox loses those mounts."""
+    found = set()
+    for name in ("tmp", "shm"):
+        for root, dirs, _files in os.walk(work / name):
+            found.update(os.path.join(root, d) for d in dirs)
+    return found
+
+
+def _empty(folder: str, keep: set[str]) -> None:
+    for inner in os.scandir(folder):
+        if inner.path in keep and inner.is_dir(follow_symlinks=False):
+            _empty(inner.path, keep)
+        else:
+            _remove(inner)
+
+
 def _remove(entry: os.DirEntry) -> None:
     if entry.is_dir(follow_symlinks=False):
         shutil.rmtree(entry.path, onerror=_unlock)
@@ -191,14 +210,6 @@ def give_back(slot: Slot, reusable: bool) -> None:
             idle.append(slot)
             return
     slot.close()
-
-
-def prewarm(gpu: bool = False, use_sandbox: bool = True, count: int = 1) -> None:
-    """Start `count` slots now so that the next gradings find them warm (a notebook's first check)."""
-    with _lock:
-        have = len(_idle.get((gpu, use_sandbox), []))
-    for _ in range(max(0, count - have)):
-        give_back(Slot(gpu, use_sandbox), reusable=True)
 
 
 @atexit.register

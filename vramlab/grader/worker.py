@@ -53,6 +53,10 @@ def warm_up() -> None:
     from . import harness, kinds  # noqa: F401
     for name in kinds.KINDS:
         kinds.get_kind(name)
+    try:                 # ch24-27 train peft models: ~2 s of imports that every such grading would repeat
+        import peft  # noqa: F401
+    except ImportError:
+        pass
     del torch
 
 

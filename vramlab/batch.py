@@ -321,8 +321,10 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                timeout_s: float | None = None, progress: bool = True, sandbox: str = "require",
                journal=None, fresh: bool = False, executor=None) -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
-    row per path, in the order given. Each grading itself starts two isolated children (the starter
-    and the submission), so `workers` = 1 per GPU, or about cores/2 on the simulated device.
+    row per path, in the order given. Each worker keeps warm sandboxes (grader/slots.py) and the
+    starter's run is measured once per exercise and kept (grader/baselines.py), so a grading is
+    one sandboxed child forked from a warm worker; `workers` = 1 per GPU, or the number of cores
+    on the simulated device.
     `backend="sim"` with the ci scale is what `vramlab.check()` in the notebook uses. Learner code
     runs in the OS sandbox: without bubblewrap the batch refuses to start (`sandbox="off"` to
     override, only for submissions you trust).

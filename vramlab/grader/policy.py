@@ -127,6 +127,20 @@ def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False
     return args + command
 
 
+def apply_limits(memory: int, cpu_seconds: int, output_limit: int) -> None:
+    """The resource limits of a learner's process: no core file, bounded file size, CPU time and
+    address space (set in the process itself, before learner code; inherited by its children)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    except (ValueError, OSError):
+        pass
+
+
 def sandbox_env(gpu: bool = False) -> dict[str, str]:
     """The child's whole environment: nothing inherited but the GPU selection."""
     env = {

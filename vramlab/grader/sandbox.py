@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -51,15 +50,17 @@ class ChildRun:
 
 
 def _limits(memory: int, cpu_seconds: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        except (ValueError, OSError):
-            pass
-    return apply
+    return lambda: policy.apply_limits(memory, cpu_seconds, OUTPUT_LIMIT)
+
+
+def _close_parent_ends(pipes) -> None:
+    """The parent's ends of the ranks' pipes, once the job is over."""
+    for (ctl, st) in pipes:
+        for fd in (ctl[1], st[0]):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _tail(path: Path, n: int = 4000) -> str:
@@ -131,12 +132,7 @@ def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int)
         for o in obs:
             o.nvml_peak = peaks.get(o.host_pid)
     statuses, reusable = slot.finish()
-    for (ctl, st) in pipes:
-        for fd in (ctl[1], st[0]):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _close_parent_ends(pipes)
     payloads = [_read_result(slot.work / f"result-{r}.json") for r in range(world)]
     returncode = next((s for s in statuses or [] if s), 0 if statuses else None)
     run = ChildRun(None, returncode, timed_out, time.perf_counter() - t0, _tail(err_path),
@@ -188,12 +184,7 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-    for (ctl, st) in pipes:
-        for fd in (ctl[1], st[0]):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _close_parent_ends(pipes)
     payloads = [_read_result(work / f"result-{r}.json") for r in range(world)]
     run = ChildRun(None, proc.returncode, timed_out, time.perf_counter() - t0, _tail(outer / "stderr.txt"),
                    protocol_error, obs, sandboxed=use_sandbox)

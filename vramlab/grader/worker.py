@@ -20,7 +20,6 @@ import array
 import ctypes
 import json
 import os
-import resource
 import select
 import signal
 import socket
@@ -86,15 +85,8 @@ def _rank(sock: socket.socket, request: dict, rank: int, ctl: int, status: int, 
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _prctl(PR_SET_DUMPABLE, 1)              # the parent reads and resets its /proc counters
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        cpu, memory, output = int(request["cpu_seconds"]), int(request["memory"]), int(request["output_limit"])
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        except (ValueError, OSError):
-            pass
-        from . import harness
+        from . import harness, policy      # already imported by warm_up: taken from sys.modules
+        policy.apply_limits(int(request["memory"]), int(request["cpu_seconds"]), int(request["output_limit"]))
         harness.main(["harness", request["job"], str(rank), str(ctl), str(status)])
         code = 0
     except SystemExit as e:

@@ -442,7 +442,7 @@ def test_ctrl_c_with_an_idle_worker_and_a_long_grading(tmp_path):
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 20                     # not the 60 s of s1's grading
+    assert time.monotonic() - t0 < 45                     # not the 60 s of s1's grading
     assert proc.returncode == 130 and "Traceback" not in err + out, err
     assert fake.csv_students() == ["s0"] and "还剩 1 份" in err, err
     pids = {int(p) for w, c, _ in fake.call_lines() for p in (w, c)}

@@ -206,4 +206,4 @@ def test_sandboxed_kernel_can_be_interrupted(sandboxed_kernel):
     out, reply = run(kc, "import time\ntime.sleep(60)")
     timer.cancel()
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 50                     # interrupted, not the full 60 s sleep

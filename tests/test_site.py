@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -41,7 +40,7 @@ CHAPTERS = {
 }
 STAGES = {"基础篇": range(1, 6), "进阶篇": range(6, 16), "高级篇": range(16, 26), "实战篇": range(26, 31)}
 
-BUILD_TIMEOUT_S = 120
+BUILD_TIMEOUT_S = 600         # catches a hang; build speed is measured, not asserted (README)
 
 
 def build_site(dest: Path, *, offline: bool, cwd: Path = REPO) -> str:
@@ -49,7 +48,6 @@ def build_site(dest: Path, *, offline: bool, cwd: Path = REPO) -> str:
     env.pop("OFFLINE", None)
     if offline:
         env["OFFLINE"] = "true"
-    t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(dest)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
@@ -57,7 +55,6 @@ def build_site(dest: Path, *, offline: bool, cwd: Path = REPO) -> str:
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{log}"
     assert not re.search(r"^WARNING", log, re.M), f"build printed warnings:\n{log}"
-    assert time.monotonic() - t0 < 60, "site build should take well under a minute"
     return log
 
 

@@ -15,7 +15,8 @@ grading node) is self-contained: run nbgrader from that folder.
 """
 import os
 
-from vramlab.grader.kernel import SandboxedExecute  # noqa: E402  (needs the venv where vramlab is installed)
+from vramlab.grader.autograde import TrustedRegrade  # noqa: E402  (needs the venv where vramlab is installed)
+from vramlab.grader.kernel import SandboxedExecute  # noqa: E402
 from vramlab.notebooks import StderrToStdout  # noqa: E402
 
 _ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -48,12 +49,11 @@ c.ClearSolutions.code_stub = {
 c.ClearSolutions.text_stub = "在这里写你的回答。"
 
 # --- execution: per-cell timeout ---------------------------------------------------------------------
-# The graded cell runs `vramlab.check(...)`, which measures the starter and the learner's function in
-# an isolated subprocess: on the ci scale (simulated device) that takes <= ~40 s per exercise on 2 CPU
-# cores; on a GPU the gpu scale takes about as long. The hidden tests grade once more in a fresh
-# process. 300 s per cell leaves > 3x head-room for a loaded grading machine; a submission that loops
-# forever costs at most 300 s per cell and is then recorded as a CellTimeoutError (0 points for that
-# cell) while the batch goes on.
+# Under autograde the graded cell measures nothing in the kernel (TrustedRegrade grades, see below),
+# so a cell takes seconds; the timeout bounds a submission whose top-level code loops forever: it
+# costs at most 300 s per cell, is recorded as a CellTimeoutError (0 points) and the batch goes on.
+# Under `nbgrader validate` (the ordinary kernel) the cell does measure: a few seconds to ~40 s on
+# 2 CPU cores at the ci scale.
 c.Execute.timeout = 300
 c.ExecutePreprocessor.timeout = 300
 c.Execute.startup_timeout = 120          # first `import torch` on a cold node
@@ -73,6 +73,7 @@ c.Execute.execute_retries = 0
 c.Autograde.autograde_preprocessors = [
     SandboxedExecute,                   # nbgrader's Execute, in the sandboxed kernel (see below)
     StderrToStdout,
+    TrustedRegrade,                     # the score: graded outside the kernel (see below)
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -92,6 +93,18 @@ c.LimitOutput.max_lines = 400
 # message in the log; set this to False only to grade trusted submissions on such a machine:
 c.SandboxedExecute.require_sandbox = True
 # `nbgrader validate` and the learners' own Jupyter keep the notebooks' ordinary `python3` kernel.
+
+# --- the score comes from outside the kernel ---------------------------------------------------------------
+# The sandbox protects the course, not the score: the learner's top-level code shares the kernel with
+# the check cell and could replace vramlab.check. TrustedRegrade (vramlab/grader/autograde.py) grades
+# each submission's function in this nbgrader process, in the grader's own sandbox, from nbgrader's
+# copy of the notebook, and makes the check cell's outcome its verdict (kernel errors are kept as
+# text, an error output is added when the function did not pass). While it is configured the kernel's
+# vramlab.check() only says so. One process grades the class: warm sandboxes and the starter's cached
+# run are shared by every submission. With a GPU: backend "cuda", scale "gpu".
+c.TrustedRegrade.backend = "sim"
+c.TrustedRegrade.scale = "ci"
+c.TrustedRegrade.sandbox = "require"        # "auto" only together with require_sandbox = False above
 
 # --- feedback ------------------------------------------------------------------------------------------
 # generate_feedback renders the autograded notebook to HTML: the Chinese messages that check() prints

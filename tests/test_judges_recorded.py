@@ -43,3 +43,18 @@ def test_recorded_starter_fails(eid):
     r = _judge(eid, "starter")
     assert not r["passed"] and r["score"] == 0 and r["category"] != "ok", r["reason"]
     assert any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])         # the learner reads why, in Chinese
+
+
+@pytest.mark.parametrize("eid", list(EXERCISES))
+def test_hidden_tests_accept_the_recorded_solution(eid):
+    """The check cell's hidden tests (what `nbgrader validate` runs on the source notebook) hold for
+    the reference's function and its judged result, for every exercise, and reject a failed one."""
+    from vramlab.notebooks import check_source
+
+    spec = get_exercise(eid)
+    hidden = check_source(spec).split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
+    ns: dict = {}
+    exec(compile(spec.solution, f"<{eid} solution>", "exec"), ns)    # defines the function only
+    exec(compile(hidden, f"<{eid} hidden tests>", "exec"), dict(ns, result=_judge(eid, "solution")))
+    with pytest.raises(AssertionError):
+        exec(compile(hidden, f"<{eid} hidden tests>", "exec"), dict(ns, result=_judge(eid, "starter")))

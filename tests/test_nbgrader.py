@@ -19,21 +19,20 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from vramlab import notebooks
+from vramlab import notebook_check, notebooks
 from vramlab.exercises import EXERCISES, get_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "class"
 IDS = list(EXERCISES)
-# nbgrader's plumbing is the same for every exercise: `nbgrader validate` runs one exercise per way the
-# hidden test reads the result (ratio = peak ratio, worst error, model multiple, trials; one run on 2
-# gloo ranks); every exercise's own pass/fail is graded in tests/test_exercises*.py
-VALIDATE_IDS = ["ch01-estimate", "ch02-monitor", "ch03-loading", "ch05-accumulation", "ch08-allreduce",
-                "ch13-max-batch"]
-# the released starter fails every graded cell: the cells are generated alike for every exercise, so
-# one exercise per kind of check cell (estimate, ratio, 2 ranks); every starter's own failure is
-# graded in tests/test_exercises*.py and judged in tests/test_judges_recorded.py
-INVERT_IDS = ["ch01-estimate", "ch05-accumulation", "ch08-allreduce"]
+# nbgrader's plumbing is the same for every exercise (the check cell differs only in the id): `nbgrader
+# validate` runs one exercise that measures nothing (estimate), one that trains in one process and one
+# on 2 gloo ranks. That every reference's result satisfies its hidden tests is checked for all 30 on
+# recorded results (tests/test_judges_recorded.py); every exercise's own pass/fail is graded in
+# tests/test_exercises*.py.
+VALIDATE_IDS = ["ch01-estimate", "ch05-accumulation", "ch08-allreduce"]
+# the released starter fails every graded cell: one exercise that measures nothing, one that trains
+INVERT_IDS = ["ch01-estimate", "ch05-accumulation"]
 PILOT = os.environ.get("VRAMLAB_PILOT_EXERCISE", "ch05-accumulation")
 
 
@@ -49,8 +48,11 @@ def cell(nb, suffix):
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    """A temp copy of the course with every assignment generated (gradebook filled)."""
-    root = notebooks.copy_course(tmp_path_factory.mktemp("course"))
+    """A temp course with every notebook generated from the specs and every assignment released
+    (gradebook filled); test_committed_notebooks_match_the_specs compares it with the repo."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy2(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+    notebooks.write_sources(root, IDS)
     notebooks.release(root, IDS)
     return root
 
@@ -66,9 +68,11 @@ def test_generation_is_deterministic(eid):
 
 
 @pytest.mark.slow
-def test_committed_notebooks_match_the_specs():
-    """CI: regenerate solutions/ and exercises/ in a temp dir; the committed ones must be identical."""
-    bad = notebooks.check()
+def test_committed_notebooks_match_the_specs(course):
+    """CI: solutions/ and exercises/ regenerated from the specs (the course fixture, what
+    `python -m vramlab.notebooks --check` does) are identical to the committed ones."""
+    bad = [f"solutions/{p}" for p in notebooks.diff_trees(course / "solutions", ROOT / "solutions")]
+    bad += [f"exercises/{p}" for p in notebooks.diff_trees(course / "exercises", ROOT / "exercises")]
     assert not bad, f"与规格不一致，请运行 scripts/generate_exercises.sh：{bad}"
 
 
@@ -228,8 +232,36 @@ def _put(course: Path, student: str, eid: str, nb_or_text) -> Path:
     return path
 
 
+def test_trusted_regrade_decides_the_score():
+    """The check cell's score is the grader's verdict from outside the kernel, both ways: a kernel
+    that "passed" (a faked check) gets 0 when the grader fails it, and a kernel error (the learner
+    broke vramlab.check in the kernel) costs nothing when the grader passes the function."""
+    pytest.importorskip("nbgrader")
+    from nbgrader import utils
+
+    from vramlab.grader import autograde
+
+    eid = PILOT
+    nb = notebooks.build_source_notebook(get_exercise(eid))
+    check = cell(nb, "check")
+    assert autograde.exercise_of(check) == eid and autograde.exercise_of(cell(nb, "answer")) is None
+    points = check.metadata.nbgrader["points"]
+
+    check.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✅ 通过（假的）\n")]
+    autograde.rewrite_outputs(check, {"passed": False, "reason": "峰值超标"}, "❌ 未通过")
+    assert utils.determine_grade(check)[0] == 0
+    assert check.outputs[0].text == "✅ 通过（假的）\n" and check.outputs[-1].evalue == "峰值超标"
+
+    check.outputs = [nbformat.v4.new_output("error", ename="AttributeError", evalue="no check", traceback=[])]
+    autograde.rewrite_outputs(check, {"passed": True}, "✅ 通过")
+    assert utils.determine_grade(check)[0] == points
+    assert "[kernel 里的错误，不计分] AttributeError" in check.outputs[0].text
+
+
 @pytest.mark.slow
 def test_class_end_to_end(course):
+    from vramlab.grader import autograde
+
     eid = PILOT
     spec = get_exercise(eid)
     fill = {"function": spec.function, "signature": spec.signature}
@@ -280,8 +312,14 @@ def test_class_end_to_end(course):
     text = "".join(o.get("text", "") for o in outs if o.output_type == "stream")
     assert "写到 stderr 的警告（Python 层）" in text           # layer 1: redirect_stderr around check()
     assert "[stderr] UserWarning" in text                     # layer 2: fd 2 / after the block, relabelled
+    assert notebook_check.DEFERRED_MESSAGE in text            # the kernel measured nothing ...
+    assert autograde.REPORT_HEADER.strip() in text and "通过" in text   # ... the grader outside it did
+    # mallory's kernel ran her fake check ("通过（假的）"); the score is the grader's, outside the kernel
     mal = nbformat.read(course / "nbgrader" / "autograded" / "mallory" / eid / f"{eid}.ipynb", as_version=4)
-    assert any(o.output_type == "error" for o in cell(mal, "check").outputs)
+    mal_outs = cell(mal, "check").outputs
+    mal_text = "".join(o.get("text", "") for o in mal_outs if o.output_type == "stream")
+    assert "通过（假的）" in mal_text and autograde.REPORT_HEADER.strip() in mal_text, mal_text
+    assert any(o.output_type == "error" for o in mal_outs)
 
     r = nbgrader(course, "generate_feedback", eid)
     assert not (course / "nbgrader" / "feedback" / "trudy" / eid / "leak.ipynb.txt").exists()

@@ -38,7 +38,7 @@ class GraderError(RuntimeError):
     """The grader itself could not run (not the learner's fault): the CLI exits non-zero."""
 
 
-from .submission import SubmissionError, notebook_source, check_source, read_submission
+from .submission import SubmissionError, check_source, notebook_source, parameters, read_submission
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         result["warnings"] = [policy.IN_KERNEL_SANDBOX_NOTE if os.environ.get("VRAMLAB_IN_KERNEL_SANDBOX")
                               else policy.NO_SANDBOX_WARNING]
     try:
-        check_source(source, spec.function)
+        check_source(source, spec.function, parameters(spec.signature))
     except SubmissionError as e:
         result["seconds"] = round(time.perf_counter() - t_start, 2)
         return _fail(result, e.category, e.reason)

@@ -30,6 +30,7 @@ KERNEL_NAME = "vramlab-sandbox"
 DISPLAY_NAME = "Python 3（vramlab 评分沙箱）"
 REQUIRE_ENV = "VRAMLAB_KERNEL_SANDBOX"           # "require": no bubblewrap -> no kernel
 INSIDE_ENV = "VRAMLAB_IN_KERNEL_SANDBOX"        # set in the kernel's environment
+DEFER_ENV = "VRAMLAB_DEFER_CHECK"               # set by autograde.TrustedRegrade: it grades, not the kernel
 CONNECTION_INSIDE = "/run/vramlab/kernel.json"
 SCRATCH = ("tmp", "shm")                         # made by policy.bwrap_argv in the folder: /tmp, /dev/shm
 NO_SANDBOX_KERNEL_REFUSAL = (
@@ -70,6 +71,8 @@ def kernel_env() -> dict[str, str]:
     env[INSIDE_ENV] = "1"
     if "NBGRADER_EXECUTION" in os.environ:       # nbgrader tells the notebook it is being autograded
         env["NBGRADER_EXECUTION"] = os.environ["NBGRADER_EXECUTION"]
+    if os.environ.get(DEFER_ENV) == "1":          # only when TrustedRegrade is configured to grade
+        env[DEFER_ENV] = "1"
     return env
 
 

@@ -256,15 +256,41 @@ def _undefined_zh(reader: str, name: str) -> str:
             "请检查拼写，或把它的导入、定义写进 notebook")
 
 
-def check_source(source: str, function: str) -> None:
-    """Static checks before anything runs: parses, defines the function, imports nothing internal."""
+def parameters(signature: str) -> list[str]:
+    """The parameter names of a `def ...` line (a spec's signature)."""
+    src = signature.strip()
+    fn = ast.parse(src + ("" if src.endswith(":") else ":") + "\n    pass\n").body[0]
+    return _names(fn)
+
+
+def _names(fn) -> list[str]:
+    return [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+
+
+def _same_interface(fn, params: list[str]) -> bool:
+    """The task's parameters first, in order; any further parameter has a default."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    optional = {p.arg for p in positional[len(positional) - len(a.defaults):]} if a.defaults else set()
+    optional |= {p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
+    names = _names(fn)
+    return names[:len(params)] == params and all(n in optional for n in names[len(params):])
+
+
+def check_source(source: str, function: str, params: list[str] | None = None) -> None:
+    """Static checks before anything runs: parses, defines the function (with the task's
+    parameters, when given), imports nothing internal."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         raise SubmissionError("invalid_submission", f"代码有语法错误：第 {e.lineno} 行 {e.msg}") from None
-    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function for n in tree.body)
-    if not defined:
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
+    if not defs:
         raise SubmissionError("invalid_submission", f"没有找到函数 `{function}`：请保留题目给出的函数名和参数")
+    if params is not None and not _same_interface(defs[-1], list(params)):   # the last definition is called
+        raise SubmissionError("invalid_submission", f"函数 `{function}` 的参数必须是 {', '.join(params)}"
+                                                    f"（题目给出的接口；可以再加带默认值的参数），"
+                                                    f"你的是 {', '.join(_names(defs[-1])) or '（无）'}")
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):

@@ -11,6 +11,17 @@ import tempfile
 # one folder for the whole run: pytest-xdist's workers inherit it from the controller
 os.environ.setdefault("VRAMLAB_TEST_RUN_CACHE", tempfile.mkdtemp(prefix="vramlab-test-cache-"))
 os.environ["VRAMLAB_CACHE_DIR"] = os.environ["VRAMLAB_TEST_RUN_CACHE"]
+if os.environ.get("VRAMLAB_NO_CHILD_PROCESSES") == "1":
+    os.environ["VRAMLAB_WARM_PARK_S"] = "0"     # the fast tier grades nothing, not even in a parked sandbox
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The controller ends the warm sandboxes this run's processes parked (slots.py)."""
+    if hasattr(session.config, "workerinput") or os.environ.get("VRAMLAB_NO_CHILD_PROCESSES") == "1":
+        return
+    from vramlab.grader import slots
+
+    slots.end_parked()
 
 
 def pytest_collection_finish(session):      # collection may probe (pandoc, bwrap); tests may not start

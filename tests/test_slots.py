@@ -118,3 +118,88 @@ def test_nothing_of_one_grading_reaches_the_next_in_the_same_warm_sandbox():
     assert second["passed"] and "LEAKED" not in second["reason"], second["reason"]
     assert second.get("baseline_cached") is True
     assert idle & {id(s) for group in slots._idle.values() for s in group}     # a slot was reused
+
+
+# -- parking: a slot left by one process for the next ------------------------------------------------
+GRADE_IN_A_NEW_PROCESS = """
+import json, sys
+from vramlab.exercises import get_exercise
+from vramlab.grader import slots
+from vramlab.grader.core import grade_source
+taken = []
+real_take = slots.take
+slots.take = lambda *a: taken.append(real_take(*a)) or taken[-1]
+spec = get_exercise("ch05-accumulation")
+r = grade_source(spec.id, spec.solution)
+print(json.dumps({"passed": r["passed"], "parked": [isinstance(s.proc, slots._Parked) for s in taken]}))
+"""
+
+
+def _grade_in_a_new_process(env) -> dict:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", GRADE_IN_A_NEW_PROCESS], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_process_takes_over_the_slot_the_previous_one_parked(tmp_path):
+    """The next process (a new `vramlab grade`, a new kernel's check()) claims the warm sandbox the
+    last one left instead of importing torch again; the grading is the same."""
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path), VRAMLAB_WARM_PARK_S="60")
+    first = _grade_in_a_new_process(env)          # 1 slot, or 3 when the starter is measured too
+    assert first["passed"] and not any(first["parked"])
+    folder = tmp_path / f"vramlab-slots-{os.getuid()}"
+    parked = min(len(first["parked"]), slots.MAX_PARKED)
+    assert len(list(folder.glob("*.json"))) == parked and oct(folder.stat().st_mode & 0o777) == "0o700"
+    second = _grade_in_a_new_process(env)
+    assert second["passed"] and second["parked"] == [True]
+    import subprocess
+    import sys
+    code = "from vramlab.grader import slots; print(slots.end_parked())"
+    ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert ended.stdout.strip() == str(parked) and not list(folder.glob("*"))    # records and sockets gone
+
+
+def _parked_slot(monkeypatch, tmp_path) -> tuple[slots.Slot, dict]:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(slots, "PARK_S", 60.0)
+    slot = slots.Slot(gpu=False, use_sandbox=True)
+    assert slot.wait_warm() and slot.prepare()
+    assert slot.park()
+    (record,) = slots.park_dir().glob("*.json")
+    return slot, json.loads(record.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tamper", ["process", "folder", "replaced", "version"])
+def test_a_parked_slot_that_changed_is_never_claimed(monkeypatch, tmp_path, tamper):
+    """A record whose worker is not the one recorded, a sandbox holding a process it should not,
+    or a folder swapped while parked: the claimant kills the slot. Another checkout's slot is left
+    alone for its owner."""
+    slot, record = _parked_slot(monkeypatch, tmp_path)
+    path = next(slots.park_dir().glob("*.json"))
+    if tamper == "process":            # the sandbox holds a process the record does not own
+        record["own_pids"] = [record["pid"]]
+    elif tamper == "folder":
+        os.rename(slot.work / "tmp", slot.work / "tmp-old")
+        (slot.work / "tmp").mkdir()
+    elif tamper == "replaced":         # the pid now names another process (a start time that is not its)
+        record["start"] = int(record["start"]) + 1
+    else:
+        record["version"] = "0" * 64
+    path.write_text(json.dumps(record))
+    claimed = slots._claim_parked((False, True))
+    try:
+        assert claimed is None
+        if tamper == "version":
+            assert path.exists() and slot.proc.poll() is None        # not ours: untouched
+        else:
+            assert not path.exists()
+            if tamper != "replaced":
+                slot.proc.wait(timeout=10)                            # killed, not left running
+    finally:
+        slot.close()

@@ -17,12 +17,10 @@ unexplained memory is kept: an honest submission is never judged against a lucky
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 import platform
-import sys
 import tempfile
 from pathlib import Path
 
@@ -40,18 +38,13 @@ def cache_dir() -> Path:
     return Path(base) / "vramlab"
 
 
-@functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """The vramlab package's code (every .py file), and the versions that change a measurement."""
-    import torch
-    import transformers
+    """The vramlab package's code (every .py file), the interpreter and the installed versions of
+    torch, transformers, peft and bitsandbytes (slots.code_version: read without importing them),
+    and the machine: what changes a measurement."""
+    from .slots import code_version as worker_version
 
-    package = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-    h.update(f"{sys.version}|{torch.__version__}|{transformers.__version__}|{platform.machine()}|{FORMAT}".encode())
-    return h.hexdigest()
+    return hashlib.sha256(f"{worker_version()}|{platform.machine()}|{FORMAT}".encode()).hexdigest()
 
 
 def key(spec_id: str, scale: str, backend: str, sandboxed: bool, job: dict, starter: str) -> str:

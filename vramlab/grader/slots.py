@@ -5,8 +5,17 @@ once, then each grading forks its ranks from it (a few tenths of a second instea
 CPU-seconds of imports). Between two gradings the parent kills every process of the sandbox but
 the worker and empties its folder; a slot whose folder was tampered with (its /tmp or /dev/shm
 replaced), that still holds a process after the sweep, or whose worker died is closed, never
-reused. Idle slots are kept per process (`MAX_IDLE` of each kind) and closed at exit: a
-notebook's second `vramlab.check()` and every grading of a batch after the first find one warm.
+reused. Idle slots are kept per process (`MAX_IDLE` of each kind): a notebook's second
+`vramlab.check()` and every grading of a batch after the first find one warm.
+
+At exit a process parks its idle slots instead of closing them (`MAX_PARKED` of each kind, for
+`VRAMLAB_WARM_PARK_S` seconds, default 300; 0 turns parking off): the next process of the same
+user, code and versions (the next `vramlab grade`, a new kernel's `vramlab.check()`, nbgrader
+validating the next notebook) claims one instead of paying the imports again. A parked slot is
+written down in a folder only its user can enter (`park_dir`) with the pids, folder and inodes it
+must still have; a claim renames that record (one claimant wins), connects to the worker's
+listening socket and checks everything again: a slot whose process was replaced, that holds a
+process it should not, or whose folder changed is killed, never used.
 
 Linux only: elsewhere (macOS has no bubblewrap, and forking a process that loaded torch is not
 safe there) sandbox.py starts a fresh interpreter per grading as before.
@@ -14,12 +23,15 @@ safe there) sandbox.py starts a fresh interpreter per grading as before.
 from __future__ import annotations
 
 import atexit
+import functools
+import hashlib
 import json
 import os
 import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,6 +45,9 @@ ENABLED = sys.platform == "linux" and os.environ.get("VRAMLAB_WARM_WORKERS", "1"
 WARM_TIMEOUT_S = 300.0          # importing torch on a loaded 2-core machine can take a minute
 EXIT_TIMEOUT_S = 10.0
 MAX_IDLE = 3
+MAX_PARKED = 2
+PARK_S = float(os.environ.get("VRAMLAB_WARM_PARK_S", "300") or 0)
+CLAIM_TIMEOUT_S = 5.0
 
 _lock = threading.Lock()
 _idle: dict[tuple, list["Slot"]] = {}
@@ -49,6 +64,19 @@ class Slot:
         self.inside = policy.SUBMISSION_DIR if use_sandbox else str(self.work)
         ours, theirs = socket.socketpair()
         command = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.worker", str(theirs.fileno())]
+        passed = [theirs.fileno()]
+        self.listen_path, listener = None, None
+        folder = park_dir() if PARK_S > 0 else None
+        if folder is not None:
+            try:
+                self.listen_path = folder / f"{self.outer.name}.sock"
+                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                listener.bind(str(self.listen_path))
+                listener.listen(1)
+                command += [str(listener.fileno()), str(PARK_S)]
+                passed.append(listener.fileno())
+            except OSError:
+                self.listen_path, listener = None, None
         argv = policy.bwrap_argv(self.work, command, gpu=gpu, die_with_parent=False) if use_sandbox else command
         env = policy.sandbox_env(gpu=gpu)
         if not use_sandbox:
@@ -57,9 +85,11 @@ class Slot:
                        TORCHINDUCTOR_CACHE_DIR=str(self.work / ".inductor"))
         with open(self.outer / "worker.log", "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
+                                         stderr=subprocess.STDOUT, pass_fds=tuple(passed),
                                          start_new_session=True)
         theirs.close()
+        if listener is not None:
+            listener.close()                # the worker holds it
         self.sock, self.buffer = ours, b""
         self.warm, self.own_pids, self.jobs, self.skeleton = False, set(), 0, None
         self.folders = {name: os.lstat(self.work / name).st_ino for name in ("tmp", "shm") if (self.work / name).exists()}
@@ -87,7 +117,8 @@ class Slot:
             if not event or event.get("event") != "warm":
                 return False
             self.warm = True
-            self.own_pids = {self.proc.pid, *observer.descendants(self.proc.pid)}     # bwrap and the worker
+            if not self.own_pids:           # bwrap and the worker (a claimed slot keeps what was recorded)
+                self.own_pids = {self.proc.pid, *observer.descendants(self.proc.pid)}
         return self.proc.poll() is None
 
     def worker_log(self) -> str:
@@ -146,15 +177,65 @@ class Slot:
             self.sock.close()
         except OSError:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill(self.proc.pid, self.own_pids)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
         shutil.rmtree(self.outer, ignore_errors=True)
+        if self.listen_path is not None:
+            _unlink(self.listen_path)
+
+    # -- parking: the next process of this user takes the slot over ---------------------------------
+    def park(self) -> bool:
+        """Leave this idle slot for the next process (see the module doc); False: close it instead."""
+        folder = park_dir()
+        if folder is None or self.listen_path is None or not self.warm or self.proc.poll() is not None:
+            return False
+        if sum(_record_of(p) == [code_version(), list(self.key)] for p in folder.glob("*.json")) >= MAX_PARKED:
+            return False
+        if not self.prepare() or self.sweep():
+            return False
+        record = {"version": code_version(), "key": list(self.key), "pid": self.proc.pid,
+                  "start": _start_time(self.proc.pid), "own_pids": sorted(self.own_pids), "outer": str(self.outer),
+                  "inside": self.inside, "folders": self.folders, "skeleton": sorted(self.skeleton or ()),
+                  "socket": str(self.listen_path), "jobs": self.jobs, "until": time.time() + PARK_S}
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(tmp, folder / f"{self.outer.name}.json")
+        except OSError:
+            return False
+        self.sock.close()                   # the worker goes back to waiting on its listening socket
+        return True
+
+    @classmethod
+    def claim(cls, record: dict) -> "Slot | None":
+        """The parked slot `record` describes, connected and checked; None (and the slot killed)
+        if anything about it is not as it was left."""
+        self = cls.__new__(cls)
+        self.key, self.outer = tuple(record["key"]), Path(record["outer"])
+        self.work, self.inside = self.outer / "work", record["inside"]
+        self.proc = _Parked(int(record["pid"]), record["start"])
+        self.own_pids, self.folders = {int(p) for p in record["own_pids"]}, dict(record["folders"])
+        self.skeleton, self.jobs = set(record["skeleton"]), int(record["jobs"])
+        self.listen_path, self.sock, self.buffer, self.warm = Path(record["socket"]), None, b"", False
+        try:
+            if self.proc.poll() is not None:
+                raise OSError("gone")
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(CLAIM_TIMEOUT_S)
+            self.sock.connect(str(self.listen_path))
+            self.sock.settimeout(None)
+            if not self.wait_warm(CLAIM_TIMEOUT_S) or self.sweep() or not self.prepare():
+                raise OSError("changed")
+        except OSError:
+            if self.sock is None:
+                self.sock = socket.socket()
+            self.close()
+            return None
+        return self
 
 
 def _skeleton(work: Path) -> set[str]:
@@ -191,8 +272,157 @@ def _unlock(func, path, _exc):
     func(path)
 
 
+class _Parked:
+    """The parts of Popen that a slot uses, for a worker another process started: the pid is
+    trusted only while /proc says it is the same process (its start time) and not a zombie."""
+
+    def __init__(self, pid: int, start):
+        self.pid, self.start = pid, start
+
+    def poll(self):
+        return None if _start_time(self.pid) == self.start else 0
+
+    def wait(self, timeout=None):
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("parked worker", timeout)
+            time.sleep(0.02)
+        return 0
+
+
+def _start_time(pid: int):
+    """The start time of a live (not zombie) process, from /proc/PID/stat; None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _kill(pid: int, own: set[int]) -> None:
+    for target in (pid, *own):
+        try:
+            if target == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def park_dir() -> Path | None:
+    """This user's folder of parked slots (mode 0700, owned by us); None if it cannot be trusted."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    folder = Path(base) / f"vramlab-slots-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """What a parked worker must share with its claimant: interpreter, vramlab's code, and the
+    installed torch / transformers / peft (their versions, read without importing them)."""
+    from importlib import metadata
+
+    h = hashlib.sha256(f"{sys.executable}|{sys.version}|{policy.PACKAGE_DIR}".encode())
+    for name in ("torch", "transformers", "peft", "bitsandbytes"):
+        try:
+            h.update(f"|{name}={metadata.version(name)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"|{name}=-".encode())
+    for path in sorted(policy.PACKAGE_DIR.rglob("*.py")):
+        h.update(str(path.relative_to(policy.PACKAGE_DIR)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _record_of(path: Path) -> list | None:
+    """[version, key] of a parked slot's record."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return [record.get("version"), record.get("key")]
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _end(record: dict) -> None:
+    """End a parked slot that will not be used: its worker if still there, its folder, its socket."""
+    pid = int(record.get("pid") or 0)
+    if pid and _start_time(pid) == record.get("start"):
+        _kill(pid, {int(p) for p in record.get("own_pids") or ()})
+    outer = Path(str(record.get("outer") or "/nonexistent"))
+    if outer.name.startswith("vramlab-slot-") and outer.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(outer, ignore_errors=True)
+    if record.get("socket"):
+        _unlink(Path(record["socket"]))
+
+
+def end_parked() -> int:
+    """End every slot parked with this code (a test run's, when it finishes); how many."""
+    folder, ended = park_dir(), 0
+    for path in sorted(folder.glob("*.json")) if folder is not None else ():
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if record.get("version") != code_version():
+            continue
+        taken = path.with_name(f".taken-{os.getpid()}-{path.name}")
+        try:
+            os.rename(path, taken)
+        except OSError:
+            continue
+        _unlink(taken)
+        _end(record)
+        ended += 1
+    return ended
+
+
+def _claim_parked(key: tuple) -> Slot | None:
+    folder = park_dir() if PARK_S > 0 else None
+    if folder is None:
+        return None
+    version = code_version()
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        dead = _start_time(int(record.get("pid", 0))) != record.get("start") or time.time() > record.get("until", 0)
+        if not dead and (record.get("version") != version or tuple(record.get("key", ())) != key):
+            continue                        # another checkout's or kind's slot: not ours to use or end
+        taken = path.with_name(f".taken-{os.getpid()}-{path.name}")
+        try:
+            os.rename(path, taken)          # one claimant wins
+        except OSError:
+            continue
+        _unlink(taken)
+        if dead:
+            _end(record)
+            continue
+        slot = Slot.claim(record)
+        if slot is not None:
+            return slot
+    return None
+
+
 def take(gpu: bool, use_sandbox: bool) -> Slot:
-    """An idle warm slot of this kind, or a new one (warming up in the background)."""
+    """An idle warm slot of this kind: this process's, else one parked by an earlier process, else
+    a new one (warming up in the background)."""
     with _lock:
         idle = _idle.get((gpu, use_sandbox), [])
         while idle:
@@ -200,7 +430,7 @@ def take(gpu: bool, use_sandbox: bool) -> Slot:
             if slot.proc.poll() is None:
                 return slot
             slot.close()
-    return Slot(gpu, use_sandbox)
+    return _claim_parked((gpu, use_sandbox)) or Slot(gpu, use_sandbox)
 
 
 def give_back(slot: Slot, reusable: bool) -> None:
@@ -218,4 +448,5 @@ def close_all() -> None:
         slots = [s for group in _idle.values() for s in group]
         _idle.clear()
     for slot in slots:
-        slot.close()
+        if not slot.park():
+            slot.close()

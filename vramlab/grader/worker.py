@@ -1,6 +1,6 @@
 """Inside the sandbox: a warm worker that forks one harness process per rank of each grading.
 
-    python -I -m vramlab.grader.worker SOCKET_FD
+    python -I -m vramlab.grader.worker SOCKET_FD [LISTEN_FD IDLE_SECONDS]
 
 Importing torch and transformers costs several CPU-seconds, more than a small grading itself. This
 process pays it once: it runs as pid 1 of a sandbox (policy.py, started by slots.py), imports
@@ -13,6 +13,11 @@ Being pid 1 protects the worker from the learner: signals sent from inside its n
 are dropped unless pid 1 handles them, and it handles none but SIGCHLD. /proc is read-only in the
 sandbox and the worker is not dumpable: no rank can write into its memory. The parent kills every
 other process of the sandbox after each job (slots.py) and wipes its folder.
+
+Parking (LISTEN_FD): when the process that started the worker exits, it may leave the slot for the
+next one (slots.py, `park`): the worker then waits on a listening unix socket, bound by that
+process in a folder only its user can enter, for the next process to connect, and serves it the
+same way. It ends after IDLE_SECONDS without one. No rank keeps the listening socket.
 """
 from __future__ import annotations
 
@@ -74,11 +79,16 @@ def _receive(sock: socket.socket):
     return json.loads(msg), list(fds)
 
 
+_listener: socket.socket | None = None
+
+
 def _rank(sock: socket.socket, request: dict, rank: int, ctl: int, status: int, out: int, err: int) -> None:
     """In the forked child: limits, outputs, then the harness. Never returns."""
     code = 70
     try:
         sock.close()
+        if _listener is not None:
+            _listener.close()
         os.dup2(out, 1)
         os.dup2(err, 2)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -143,13 +153,27 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv) -> int:
+    global _listener
     sock = socket.socket(fileno=int(argv[1]))
+    if len(argv) > 3:
+        _listener = socket.socket(fileno=int(argv[2]))
+    idle_s = float(argv[3]) if len(argv) > 3 else 0.0
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # pid 1 handles nothing a learner could send
     _prctl(PR_SET_DUMPABLE, 0)
     warm_up()
-    sock.sendall(b'{"event": "warm"}\n')
-    serve(sock)
-    return 0
+    while True:
+        try:
+            sock.sendall(b'{"event": "warm"}\n')
+            serve(sock)
+        except OSError:
+            pass
+        sock.close()
+        if _listener is None or not select.select([_listener], [], [], idle_s)[0]:
+            return 0                                    # nobody came back: pid 1 ends, the sandbox with it
+        try:
+            sock, _ = _listener.accept()
+        except OSError:
+            return 0
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def hostile_results(tmp_path_factory):
     signals: list[int] = []                             # the signal fixtures send SIGURG (ignored by default)
     old_handler = signal.signal(signal.SIGURG, lambda signum, frame: signals.append(signum))
     saved, tempfile.tempdir = tempfile.tempdir, str(private)
+    saved_park, slots.PARK_S = slots.PARK_S, 0.0        # sandboxes reused in this process only (not parked)
     jobs = HOSTILE[:len(HOSTILE) // 2] + [HONEST] + HOSTILE[len(HOSTILE) // 2:]
 
     def one(path):
@@ -86,7 +87,7 @@ def hostile_results(tmp_path_factory):
             results = dict(ex.map(one, jobs))
     finally:
         slots.close_all()                               # warm sandboxes made here leave nothing either
-        tempfile.tempdir = saved
+        tempfile.tempdir, slots.PARK_S = saved, saved_park
         signal.signal(signal.SIGURG, old_handler)
     return {"results": results, "new_tmp": [p.name for p in private.iterdir()],
             "course_before": before, "course_after": _tree(course, skip=private), "signals": signals,

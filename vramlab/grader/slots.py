@@ -71,7 +71,7 @@ class Slot:
             try:
                 self.listen_path = folder / f"{self.outer.name}.sock"
                 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                listener.bind(str(self.listen_path))
+                _at(self.listen_path, listener.bind)
                 listener.listen(1)
                 command += [str(listener.fileno()), str(PARK_S)]
                 passed.append(listener.fileno())
@@ -189,8 +189,10 @@ class Slot:
     # -- parking: the next process of this user takes the slot over ---------------------------------
     def park(self) -> bool:
         """Leave this idle slot for the next process (see the module doc); False: close it instead."""
+        if self.listen_path is None or not self.warm or self.proc.poll() is not None:
+            return False
         folder = park_dir()
-        if folder is None or self.listen_path is None or not self.warm or self.proc.poll() is not None:
+        if folder is None:
             return False
         if sum(_record_of(p) == [code_version(), list(self.key)] for p in folder.glob("*.json")) >= MAX_PARKED:
             return False
@@ -226,7 +228,7 @@ class Slot:
                 raise OSError("gone")
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.settimeout(CLAIM_TIMEOUT_S)
-            self.sock.connect(str(self.listen_path))
+            _at(self.listen_path, self.sock.connect)
             self.sock.settimeout(None)
             if not self.wait_warm(CLAIM_TIMEOUT_S) or self.sweep() or not self.prepare():
                 raise OSError("changed")
@@ -310,6 +312,18 @@ def _kill(pid: int, own: set[int]) -> None:
                 os.kill(target, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _at(path: Path, call) -> None:
+    """bind/connect a unix socket at `path`, also when the path is longer than a socket address
+    may be (108 bytes): through /proc/self/fd/N/NAME, N an open handle on its folder."""
+    if len(os.fsencode(str(path))) < 100:
+        return call(str(path))
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        return call(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
 
 
 def _unlink(path: Path) -> None:

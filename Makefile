@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.vramlab-installed
 
-.PHONY: install serve site chromium bubblewrap test check lab bench calibrate clean
+.PHONY: install serve site chromium bubblewrap test check lab bench bench-site calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ lab: $(STAMP) bubblewrap
 
 bench: $(STAMP)
 	$(BIN)/vramlab bench
+
+bench-site: $(STAMP)
+	$(BIN)/python scripts/bench_site.py
 
 calibrate: $(STAMP)
 	$(BIN)/vramlab calibrate

@@ -79,7 +79,7 @@ def on_config(config):
     if (search is None or _command != "build" or sys.platform != "linux"
             or not getattr(search.config, "enabled", True) or not hasattr(search, "search_index")):
         return config
-    workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+    workers = max(1, min(4, os.cpu_count() or 2))   # they also run after the last page, while mkdocs waits
     index = search.search_index
     search.search_index = _parallel_index(type(index))(workers, **index.config)
     return config

@@ -365,10 +365,14 @@ NOTEBOOK = {
 
 def test_tutorial_notebook_renders_offline(tmp_path):
     """A committed tutorial (.ipynb with outputs) renders without executing and without CDNs."""
-    proj = tmp_path / "proj"
+    proj = tmp_path / "proj"                  # the course's config, theme, hooks and assets; two pages
     proj.mkdir()
-    shutil.copy(REPO / "mkdocs.yml", proj / "mkdocs.yml")
-    shutil.copytree(REPO / "docs", proj / "docs")
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    (proj / "mkdocs.yml").write_text(config.split("\nnav:\n", 1)[0] + "\n", encoding="utf-8")
+    for part in ("assets", "hooks", "overrides"):
+        shutil.copytree(REPO / "docs" / part, proj / "docs" / part)
+    (proj / "docs" / "index.md").write_text("# 首页\n", encoding="utf-8")
+    (proj / "docs" / "chapters").mkdir()
     nb = proj / "docs" / "chapters" / "ch99_probe.ipynb"
     nb.write_text(json.dumps(NOTEBOOK, ensure_ascii=False), encoding="utf-8")
     out = tmp_path / "out"

@@ -91,12 +91,6 @@ def _scale_zh(scale, kind: str = "train_step") -> str:
 _GRADER_ONLY = {"cases", "visible", "case", "lengths", "allow_host", "cublas_workspace", "max_batch_allowed"}
 
 
-def _params(signature: str) -> list[str]:
-    from .grader.submission import parameters
-
-    return parameters(signature)
-
-
 def _how_graded(spec) -> list[str]:
     if spec.kind in ("estimate", "monitor"):
         return [
@@ -186,7 +180,9 @@ def answer_source(spec) -> str:
 
 
 def check_source(spec) -> str:
-    params = _params(spec.signature)
+    from .grader.submission import parameters
+
+    params = parameters(spec.signature)
     visible = [
         "# 评分单元格（只读）：先运行上面所有单元格。",
         "# PyTorch 的警告会写到 stderr，而 nbgrader 把评分单元格里的 stderr 当成失败：这里把它们改写到 stdout。",

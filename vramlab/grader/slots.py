@@ -304,12 +304,10 @@ def _start_time(pid: int):
 
 
 def _kill(pid: int, own: set[int]) -> None:
-    for target in (pid, *own):
+    """bwrap's process group, then every process the slot owns (the worker may be in a session of its own)."""
+    for send, target in ((os.killpg, pid), *((os.kill, p) for p in own)):
         try:
-            if target == pid:
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(target, signal.SIGKILL)
+            send(target, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -385,6 +383,18 @@ def _end(record: dict) -> None:
         _unlink(Path(record["socket"]))
 
 
+def _take(path: Path) -> bool:
+    """Take a parked slot's record out of the folder; False if another process took it first
+    (renaming is atomic: one taker wins)."""
+    taken = path.with_name(f".taken-{os.getpid()}-{path.name}")
+    try:
+        os.rename(path, taken)
+    except OSError:
+        return False
+    _unlink(taken)
+    return True
+
+
 def end_parked() -> int:
     """End every slot parked with this code (a test run's, when it finishes); how many."""
     folder, ended = park_dir(), 0
@@ -393,14 +403,8 @@ def end_parked() -> int:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if record.get("version") != code_version():
+        if record.get("version") != code_version() or not _take(path):
             continue
-        taken = path.with_name(f".taken-{os.getpid()}-{path.name}")
-        try:
-            os.rename(path, taken)
-        except OSError:
-            continue
-        _unlink(taken)
         _end(record)
         ended += 1
     return ended
@@ -419,12 +423,8 @@ def _claim_parked(key: tuple) -> Slot | None:
         dead = _start_time(int(record.get("pid", 0))) != record.get("start") or time.time() > record.get("until", 0)
         if not dead and (record.get("version") != version or tuple(record.get("key", ())) != key):
             continue                        # another checkout's or kind's slot: not ours to use or end
-        taken = path.with_name(f".taken-{os.getpid()}-{path.name}")
-        try:
-            os.rename(path, taken)          # one claimant wins
-        except OSError:
+        if not _take(path):
             continue
-        _unlink(taken)
         if dead:
             _end(record)
             continue

@@ -74,7 +74,11 @@ def hostile_results(tmp_path_factory):
     signals: list[int] = []                             # the signal fixtures send SIGURG (ignored by default)
     old_handler = signal.signal(signal.SIGURG, lambda signum, frame: signals.append(signum))
     saved, tempfile.tempdir = tempfile.tempdir, str(private)
-    saved_park, slots.PARK_S = slots.PARK_S, 0.0        # sandboxes reused in this process only (not parked)
+    # sandboxes can be parked (their workers hold the listening socket steal_park_socket.py looks for),
+    # in a folder of this run's own; they are ended below, before the temp folders are counted
+    saved_park, slots.PARK_S = slots.PARK_S, 60.0
+    saved_runtime = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("runtime"))
     jobs = HOSTILE[:len(HOSTILE) // 2] + [HONEST] + HOSTILE[len(HOSTILE) // 2:]
 
     def one(path):
@@ -87,7 +91,12 @@ def hostile_results(tmp_path_factory):
             results = dict(ex.map(one, jobs))
     finally:
         slots.close_all()                               # warm sandboxes made here leave nothing either
+        slots.end_parked()
         tempfile.tempdir, slots.PARK_S = saved, saved_park
+        if saved_runtime is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved_runtime
         signal.signal(signal.SIGURG, old_handler)
     return {"results": results, "new_tmp": [p.name for p in private.iterdir()],
             "course_before": before, "course_after": _tree(course, skip=private), "signals": signals,

@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "recorded"
 
 
+def comparable_job(job: dict) -> dict:
+    """The job without what may differ between two honest runs (this machine's cores, the hidden
+    case drawn for one grading): tests/test_judges_recorded.py compares it with the current spec's."""
+    return {k: v for k, v in job.items() if k not in ("threads", "case_seed")}
+
+
 def record(spec) -> dict:
     import torch
 
@@ -37,6 +43,7 @@ def record(spec) -> dict:
             raise RuntimeError(f"{spec.id} {name}: no result ({run.stderr_tail[-500:]})")
         runs[name] = {"payload": run.payload, "rank_peaks": run.rank_peaks}
     return {"exercise": spec.id, "kind": spec.kind, "scale": "ci", "backend": "sim", "sandboxed": sandboxed,
+            "job": comparable_job(job),
             "torch": torch.__version__, "recorded": datetime.date.today().isoformat(), "runs": runs}
 
 

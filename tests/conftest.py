@@ -11,6 +11,11 @@ import tempfile
 # one folder for the whole run: pytest-xdist's workers inherit it from the controller
 os.environ.setdefault("VRAMLAB_TEST_RUN_CACHE", tempfile.mkdtemp(prefix="vramlab-test-cache-"))
 os.environ["VRAMLAB_CACHE_DIR"] = os.environ["VRAMLAB_TEST_RUN_CACHE"]
+# several test processes grade at once (pytest-xdist): each grading gets its share of the cores
+# (grader/core.py, usable_cores): torch threads beyond the cores spin and slow every grading
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+    os.environ.setdefault("VRAMLAB_GRADE_CORES",
+                          str(max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))))
 if os.environ.get("VRAMLAB_NO_CHILD_PROCESSES") == "1":
     os.environ["VRAMLAB_WARM_PARK_S"] = "0"     # the fast tier grades nothing, not even in a parked sandbox
 

@@ -55,7 +55,7 @@ def calls(monkeypatch):
     """A fake grader that records who it graded."""
     seen: list[str] = []
 
-    def grade(job, backend, scale, timeout_s, sandbox="require"):
+    def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):
         seen.append(job[0])
         return _row(job)
     monkeypatch.setattr(batch, "_grade_one", grade)
@@ -75,7 +75,7 @@ def test_each_grading_is_journaled_as_it_finishes(tmp_path, monkeypatch):
     paths, journal = _subs(tmp_path, 4), tmp_path / "j.jsonl"
     seen_lines: list[int] = []
 
-    def grade(job, backend, scale, timeout_s, sandbox="require"):
+    def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):
         deadline = time.monotonic() + 3
         while len(_lines(journal)) < len(seen_lines) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -141,7 +141,7 @@ def test_grader_errors_are_retried_and_fresh_starts_over(tmp_path, monkeypatch):
     paths, journal = _subs(tmp_path, 3), tmp_path / "j.jsonl"
     seen: list[str] = []
 
-    def flaky(job, backend, scale, timeout_s, sandbox="require"):
+    def flaky(job, backend, scale, timeout_s, sandbox="require", cores=None):
         seen.append(job[0])
         if job[0] == "s1" and seen.count("s1") == 1:
             raise RuntimeError("the worker died")          # as a killed worker's future does
@@ -159,7 +159,7 @@ def test_grader_errors_are_retried_and_fresh_starts_over(tmp_path, monkeypatch):
 def test_rows_in_input_order_and_a_failure_is_one_row(tmp_path, monkeypatch):
     paths = _subs(tmp_path, 4)
 
-    def grade(job, backend, scale, timeout_s, sandbox="require"):
+    def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):
         i = int(job[0][1:])
         time.sleep(0.05 * (4 - i))                         # the last one finishes first
         if i == 2:
@@ -185,7 +185,7 @@ def test_signal_in_process_stops_cleanly(tmp_path, monkeypatch):
     paths, journal = _subs(tmp_path, 5), tmp_path / "j.jsonl"
     n = []
 
-    def grade(job, backend, scale, timeout_s, sandbox="require"):
+    def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):
         n.append(job[0])
         if len(n) == 2:
             os.kill(os.getpid(), signal.SIGINT)
@@ -308,7 +308,7 @@ import time
 import vramlab.batch as batch
 
 
-def grade(job, backend, scale, timeout_s, sandbox="require"):
+def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):
     student, exercise, path = job
     t0 = time.perf_counter()
     seconds = "60" if student in os.environ.get("FAKE_SLOW", "").split(",") else os.environ["FAKE_SECONDS"]

@@ -33,6 +33,23 @@ def test_every_exercise_is_recorded():
 
 
 @pytest.mark.parametrize("eid", list(EXERCISES))
+def test_recordings_are_of_the_current_spec(eid):
+    """A recording of another scale, step count or setting judges nothing: re-record
+    (scripts/record_judged_runs.py) after changing an exercise's ci scale."""
+    import importlib.util
+
+    from vramlab.grader.core import _job
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "record_judged_runs.py"
+    module = importlib.util.spec_from_file_location("record_judged_runs", path)
+    record = importlib.util.module_from_spec(module)
+    module.loader.exec_module(record)
+    doc = json.loads((RECORDED / f"{eid}.json").read_text(encoding="utf-8"))
+    assert doc.get("job") == json.loads(json.dumps(record.comparable_job(_job(get_exercise(eid), "ci", "sim")))), \
+        f"{eid}: recorded for another job; run scripts/record_judged_runs.py {eid}"
+
+
+@pytest.mark.parametrize("eid", list(EXERCISES))
 def test_recorded_solution_passes(eid):
     r = _judge(eid, "solution")
     assert r["passed"] and r["category"] == "ok" and r["score"] == r["max_score"], r["reason"]

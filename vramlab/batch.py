@@ -98,7 +98,8 @@ def job_key(job: tuple[str, str, str], backend: str, scale: str) -> str | None:
     return h.hexdigest()
 
 
-def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, sandbox: str = "require") -> dict:
+def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, sandbox: str = "require",
+               cores: int | None = None) -> dict:
     student, exercise, path = job
     row = {"student": student, "exercise": exercise, "path": path, "passed": False, "score": 0}
     t0 = time.perf_counter()
@@ -107,7 +108,8 @@ def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, s
             raise ValueError(f"无法从路径判断练习编号：{path}（用 --exercise 指定）")
         from .grader import grade_file
 
-        result = grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s, sandbox=sandbox)
+        result = grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s, sandbox=sandbox,
+                            cores=cores)
         row.update({k: result.get(k) for k in FIELDS if k in result and k not in ("student", "path")})
     except Exception as e:  # noqa: BLE001 - one broken submission never fails the batch
         row.update(category="grader_error", reason=f"{type(e).__name__}: {e}")
@@ -336,6 +338,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
     see a monkeypatched `_grade_one`); it is not shut down here."""
     from .grader import policy
+    from .grader.core import usable_cores
 
     if sandbox == "require" and policy.bwrap_path() is None:
         raise SystemExit(policy.NO_SANDBOX_REFUSAL)
@@ -350,6 +353,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
         if old is not None and old.get("category") != "grader_error":    # a grader failure is retried
             rows[i] = {k: v for k, v in old.items() if k != "key"} | {"path": jobs[i][2]}
     todo = [i for i, r in enumerate(rows) if r is None]
+    share = max(1, usable_cores() // max(1, int(workers)))     # torch threads: each grading its share of the cores
     reused = len(jobs) - len(todo)
     if progress and reused:
         print(f"已有 {reused} 份成绩（{journal}），跳过；还要评 {len(todo)} 份", file=sys.stderr)
@@ -360,7 +364,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
         pool, stop, tmp = _start_pool(workers) if executor is None else (executor, None, None)
         try:
             with _signals_blocked():                        # the workers start here (see _signals_blocked)
-                futures = {pool.submit(_grade_one, jobs[i], backend, scale, timeout_s, sandbox): i for i in todo}
+                futures = {pool.submit(_grade_one, jobs[i], backend, scale, timeout_s, sandbox, share): i for i in todo}
             pending = set(futures)
             while pending and not caught:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

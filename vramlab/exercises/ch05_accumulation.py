@@ -48,7 +48,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=16, seq=128, steps=3, warmup=1),
+    ci=Scale(model="tiny", batch=16, seq=128, steps=2, warmup=1),
     gpu=Scale(model="gpt2-small", batch=16, seq=512, steps=3, warmup=1),
     target_ratio=0.75,
     rtol=1e-4,

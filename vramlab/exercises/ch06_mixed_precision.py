@@ -59,7 +59,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=8, seq=128, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,
              settings=train_step.Settings(config=CI_CONFIG, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1,
               settings=train_step.Settings(config={"activation_function": "gelu"})),

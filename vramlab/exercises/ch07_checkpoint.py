@@ -43,7 +43,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=8, seq=256, steps=3, warmup=1, settings=train_step.Settings(config={"n_layer": 6})),
+    ci=Scale(model="tiny", batch=8, seq=256, steps=2, warmup=1, settings=train_step.Settings(config={"n_layer": 6})),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1),
     target_ratio=0.8,
     rtol=1e-4,

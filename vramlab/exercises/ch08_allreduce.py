@@ -81,7 +81,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=4, seq=64, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=4, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(world_size=2, cublas_workspace=False)),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1, settings=train_step.Settings(world_size=2)),
     target_ratio=0.93,

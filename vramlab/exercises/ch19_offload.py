@@ -62,7 +62,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=2, seq=64, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=2, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(allow_host=True, cublas_workspace=False,
                                           config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),
     gpu=Scale(model="gpt2-small", batch=4, seq=512, steps=3, warmup=1, settings=train_step.Settings(allow_host=True)),

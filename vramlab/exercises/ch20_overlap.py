@@ -60,7 +60,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=2, seq=64, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=2, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(world_size=2, cublas_workspace=False, floor_copies=3,
                                           config={"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024})),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=3, warmup=1,

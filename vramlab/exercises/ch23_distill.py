@@ -57,7 +57,7 @@ SPEC = ExerciseSpec(
     signature="def distill_step(student, teacher, optimizer, batch, device, temperature=2.0):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=4, seq=64, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=4, seq=64, steps=2, warmup=1,
              settings=distill_step.Settings(
                  cublas_workspace=False,
                  config={"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 4096},

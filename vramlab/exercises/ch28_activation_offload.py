@@ -43,7 +43,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=8, seq=128, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,
              settings=train_step.Settings(allow_host=True, cublas_workspace=False,
                                           config={"n_layer": 4, "n_embd": 256, "n_head": 4})),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1,

@@ -56,7 +56,7 @@ SPEC = ExerciseSpec(
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
-    ci=Scale(model="tiny", batch=8, seq=128, steps=3, warmup=1,
+    ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,
              settings=train_step.Settings(cublas_workspace=False, allow_host=True, learner_budget_mib=110,
                                           report_savings=True, bitsandbytes=True,
                                           config={"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),

@@ -114,7 +114,7 @@ def finetune_exercise(*, id: str, chapter: int, title: str, task: str, solution:
     return ExerciseSpec(
         id=id, chapter=chapter, title=title, task=contract + task, function="prepare_model",
         signature="def prepare_model(model):", starter=FULL_FINETUNE, solution=solution,
-        ci=Scale(model="llama-tiny", batch=2, seq=64, steps=4, warmup=1,
+        ci=Scale(model="llama-tiny", batch=2, seq=64, steps=3, warmup=1,
                  settings=finetune.Settings(**knobs, cublas_workspace=False, config=FINETUNE_CI_CONFIG)),
         gpu=Scale(model="llama-1b", batch=4, seq=512, steps=4, warmup=1, settings=finetune.Settings(**knobs)),
         target_ratio=target_ratio, points=10, kind="finetune", hints=hints)

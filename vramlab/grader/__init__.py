@@ -11,17 +11,17 @@ from __future__ import annotations
 
 
 def grade_file(exercise_id, path, backend="sim", scale="ci", timeout_s=None, memory_limit_bytes=None,
-               reuse_baseline=True, sandbox="auto") -> dict:
+               reuse_baseline=True, sandbox="auto", cores=None) -> dict:
     from .core import grade_file as _grade_file
     return _grade_file(exercise_id, path, backend=backend, scale=scale, timeout_s=timeout_s,
-                       memory_limit_bytes=memory_limit_bytes, reuse_baseline=reuse_baseline, sandbox=sandbox)
+                       memory_limit_bytes=memory_limit_bytes, reuse_baseline=reuse_baseline, sandbox=sandbox, cores=cores)
 
 
 def grade_source(exercise_id, source: str, backend="sim", scale="ci", timeout_s=None, memory_limit_bytes=None,
-                 reuse_baseline=True, sandbox="auto") -> dict:
+                 reuse_baseline=True, sandbox="auto", cores=None) -> dict:
     from .core import grade_source as _grade_source
     return _grade_source(exercise_id, source, backend=backend, scale=scale, timeout_s=timeout_s,
-                         memory_limit_bytes=memory_limit_bytes, reuse_baseline=reuse_baseline, sandbox=sandbox)
+                         memory_limit_bytes=memory_limit_bytes, reuse_baseline=reuse_baseline, sandbox=sandbox, cores=cores)
 
 
 def __getattr__(name):

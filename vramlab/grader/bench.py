@@ -8,8 +8,10 @@ learner's second `vramlab.check()` and every grading of a batch after the first 
 `--compare` also grades each solution the way the grader did before warm workers and the cache
 (a fresh interpreter per run, the starter measured in every grading) and prints both latencies
 and their ratio, measured in the same run on the same machine. `--class-size N` then grades N
-copies of every chosen exercise's solution through the batch (`vramlab.batch`, 2 workers) and
-prints the class throughput and what a 30 x 30 class would take at that rate.
+copies of every chosen exercise's solution through the batch (`vramlab.batch`, 2 workers, each
+grading on its share of the cores) and prints the class throughput and what a 30 x 30 class would
+take at that rate. One untimed copy per exercise goes first: the starter's run at the batch's
+thread count is measured once per class, as a real class's first student triggers it.
 """
 from __future__ import annotations
 
@@ -104,17 +106,24 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
     """Grade `size` students' copies of each chosen solution through the batch: gradings/minute."""
     from ..batch import grade_many
 
+    sandbox = "require" if sandbox == "auto" else sandbox
     with tempfile.TemporaryDirectory(prefix="vramlab-class-") as tmp:
-        paths = []
-        for spec in chosen:
-            for i in range(size):
-                folder = Path(tmp) / f"student{i:03d}" / spec.id
-                folder.mkdir(parents=True)
-                (folder / f"{spec.id}.py").write_text(spec.solution, encoding="utf-8")
-                paths.append(str(folder / f"{spec.id}.py"))
+        def copies(names):
+            paths = []
+            for spec in chosen:
+                for name in names:
+                    folder = Path(tmp) / name / spec.id
+                    folder.mkdir(parents=True)
+                    (folder / f"{spec.id}.py").write_text(spec.solution, encoding="utf-8")
+                    paths.append(str(folder / f"{spec.id}.py"))
+            return paths
+
+        # One submission per exercise first, not timed: it measures the starter's run at the batch's
+        # share of the cores (kept once for a whole class), as the first student of a class does.
+        grade_many(copies(["warmup"]), workers=2, backend=backend, scale=scale, progress=False, sandbox=sandbox)
+        paths = copies([f"student{i:03d}" for i in range(size)])
         t0 = time.perf_counter()
-        rows = grade_many(paths, workers=2, backend=backend, scale=scale, progress=not as_json,
-                          sandbox="require" if sandbox == "auto" else sandbox)
+        rows = grade_many(paths, workers=2, backend=backend, scale=scale, progress=not as_json, sandbox=sandbox)
         wall = time.perf_counter() - t0
     per_minute = len(rows) / wall * 60
     result = {"gradings": len(rows), "wall_seconds": round(wall, 1), "per_minute": round(per_minute, 1),

@@ -44,13 +44,36 @@ from .submission import SubmissionError, check_source, notebook_source, paramete
 # ---------------------------------------------------------------------------------------------------
 # Grading
 # ---------------------------------------------------------------------------------------------------
-def _job(spec, scale_name: str, backend: str) -> dict:
+MAX_THREADS = 4          # the small CI-scale models gain little from more
+
+
+def usable_cores() -> int:
+    """The cores one grading may use: $VRAMLAB_GRADE_CORES when set (the test suite runs several
+    gradings at once and gives each its share), else the cores this process may run on (its
+    affinity mask, not the machine's count)."""
+    configured = os.environ.get("VRAMLAB_GRADE_CORES", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def torch_threads(world: int, share: int | None = None) -> int:
+    """Torch threads per rank of one grading: `share` cores (default: all this process may use)
+    divided among the ranks. The starter's kept run is measured with the same count (the count is
+    part of its cache key), so the step times that the report compares were taken alike."""
+    return max(1, min(MAX_THREADS, (share or usable_cores()) // max(1, world)))
+
+
+def _job(spec, scale_name: str, backend: str, threads: int | None = None) -> dict:
     scale = getattr(spec, scale_name)
     settings = scale.settings
     return {
         "function": spec.function, "model": scale.model, "config": dict(settings.config),
         "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": 0,
-        "lr": settings.lr, "backend": backend, "threads": 1, "features_k": 2,
+        "lr": settings.lr, "backend": backend, "threads": torch_threads(settings.world_size, threads), "features_k": 2,
         "kind": spec.kind, "settings": dataclasses.asdict(settings),     # the child: kind.Settings(**settings)
         # hidden cases that change with every grading (ch02): a number copied from feedback is useless
         "case_seed": secrets.randbelow(2 ** 31) if spec.kind == "monitor" else 0,
@@ -71,14 +94,15 @@ def _base_result(spec, backend: str, scale: str) -> dict:
 
 def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str = "ci",
                  timeout_s: float | None = None, memory_limit_bytes: int | None = None,
-                 _spec=None, reuse_baseline: bool = True, sandbox: str = "auto") -> dict:
+                 _spec=None, reuse_baseline: bool = True, sandbox: str = "auto", cores: int | None = None) -> dict:
     """Grade learner code (a Python module defining the exercise's function). Never raises for
     anything the learner did; raises KeyError (unknown exercise) or GraderError (grader broken, or
     `sandbox="require"` on a machine without bubblewrap).
 
     The trusted starter's run is taken from the baseline cache (baselines.py) when one matches;
-    otherwise it is measured in its own sandbox at the same time as the submission (one torch
-    thread each) and kept. `reuse_baseline=False` measures it afresh."""
+    otherwise it is measured in its own sandbox, with the submission's torch threads and beside it
+    when the cores allow, and kept. `reuse_baseline=False` measures it afresh. `cores`: how many cores this
+    grading may use (a batch of N at once gives each its share); default all of this process's."""
     from ..exercises import get_exercise
 
     spec = _spec or get_exercise(exercise_id)
@@ -104,7 +128,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         return _fail(result, e.category, e.reason)
     timeout = float(timeout_s or DEFAULT_TIMEOUT[scale])
     memory = int(memory_limit_bytes or DEFAULT_MEMORY[scale])
-    job = _job(spec, scale, backend)
+    job = _job(spec, scale, backend, cores)
 
     runs: dict[str, ChildRun] = {}
 
@@ -122,14 +146,18 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     if cached is not None:
         runs["baseline"] = cached
         go("submission", source, timeout)
-    else:           # measured now, twice at once when it is kept (baselines.py: the noisier one)
+    else:           # measured now, twice when it is kept (baselines.py: the noisier one)
         names = ["baseline", "baseline-2"] if keep else ["baseline"]
-        threads = [threading.Thread(target=go, args=(n, spec.starter, base_timeout)) for n in names]
-        for th in threads:
-            th.start()
-        go("submission", source, timeout)
-        for th in threads:
-            th.join()
+        todo = [(n, spec.starter, base_timeout) for n in names] + [("submission", source, timeout)]
+        # as many runs at once as the cores hold at the job's threads: oversubscribed OpenMP
+        # threads spin and slow every run several times over
+        at_once = max(1, (cores or usable_cores()) // (job["threads"] * max(1, job["world_size"])))
+        for i in range(0, len(todo), at_once):
+            group = [threading.Thread(target=go, args=args) for args in todo[i:i + at_once]]
+            for th in group:
+                th.start()
+            for th in group:
+                th.join()
         for n in names:
             if not isinstance(runs[n], Exception):
                 _check_trusted(runs[n])
@@ -237,7 +265,8 @@ def _child_failed(result: dict, sub: ChildRun, timeout: float, base: ChildRun) -
 
 
 def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", timeout_s: float | None = None,
-               memory_limit_bytes: int | None = None, reuse_baseline: bool = True, sandbox: str = "auto") -> dict:
+               memory_limit_bytes: int | None = None, reuse_baseline: bool = True, sandbox: str = "auto",
+               cores: int | None = None) -> dict:
     """Grade a learner's `.ipynb` (the named function and the imports/definitions it needs are
     taken from its code cells) or `.py` file."""
     from ..exercises import get_exercise
@@ -250,4 +279,5 @@ def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", 
         result["seconds"] = 0.0
         return _fail(result, e.category, e.reason)
     return grade_source(exercise_id, source, backend=backend, scale=scale, timeout_s=timeout_s,
-                        memory_limit_bytes=memory_limit_bytes, _spec=spec, reuse_baseline=reuse_baseline, sandbox=sandbox)
+                        memory_limit_bytes=memory_limit_bytes, _spec=spec, reuse_baseline=reuse_baseline, sandbox=sandbox,
+                        cores=cores)

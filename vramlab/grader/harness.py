@@ -141,15 +141,22 @@ def main(argv) -> None:
         return t if on_host else t.to(dev.torch_device)
 
     def fingerprint(params) -> list[float]:
-        """Fixed random projections of every parameter (float64, on the host, off the meter)."""
-        out = []
+        """Fixed random projections of every tensor (float64, on the host, off the meter). The k
+        random directions are drawn once per call, a chunk at a time, and each tensor is projected
+        on their leading part: far fewer random numbers to draw than k per element, and little host
+        memory at any moment (the parent reads this process's high-water mark after the run)."""
+        flats = [p.detach().reshape(-1) for p in params]
+        k, chunk = int(job.get("features_k", 2)), 1 << 18
         g = torch.Generator().manual_seed(int(job.get("probe_seed", 1234)))
         with (untracked() if sim else contextlib.nullcontext()), torch.no_grad():
-            for p in params:
-                flat = p.detach().reshape(-1).double().cpu()
-                for _ in range(int(job.get("features_k", 2))):
-                    out.append(float(flat @ torch.randn(flat.numel(), generator=g, dtype=torch.float64)))
-        return out
+            sums = torch.zeros(len(flats), k, dtype=torch.float64)
+            for start in range(0, max((f.numel() for f in flats), default=0), chunk):
+                directions = torch.randn(k, chunk, generator=g, dtype=torch.float64)
+                for i, flat in enumerate(flats):
+                    piece = flat[start:start + chunk].cpu().double()
+                    if piece.numel():
+                        sums[i] += directions[:, :piece.numel()] @ piece
+        return sums.reshape(-1).tolist()
 
     def peak() -> int:
         synchronize()

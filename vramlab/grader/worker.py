@@ -61,7 +61,31 @@ def warm_up() -> None:
         import peft  # noqa: F401
     except ImportError:
         pass
+    try:
+        _first_step(torch, transformers)
+    except Exception as e:  # noqa: BLE001 - a slower first grading, not a broken worker
+        print(f"worker warm-up step failed: {type(e).__name__}: {e}", file=sys.stderr)
     del torch
+
+
+def _first_step(torch, transformers) -> None:
+    """One tiny training step on the simulated device. A process's first step pays for torch's
+    lazy set-up (dispatch caches, autograd, the fused optimizer paths): a few tenths of a second
+    that every forked rank would otherwise pay again. Trusted code, run before any learner's, on
+    one thread (OMP_NUM_THREADS=1), so the ranks are forked from a process without a thread pool."""
+    from vramlab.models import make_config
+    from vramlab.sim.device import SimDevice
+
+    cfg = make_config("tiny", attention="sdpa", dropout=0.0)
+    cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.n_positions = 1, 32, 2, 64, 16
+    with SimDevice(timeline=False) as dev:
+        with torch.device(dev.torch_device):
+            model = transformers.GPT2LMHeadModel(cfg).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        batch = torch.randint(0, cfg.vocab_size, (2, 8)).to(dev.torch_device)
+        model(input_ids=batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
 
 def _receive(sock: socket.socket):

@@ -114,8 +114,20 @@ def test_hostile_submission_per_kind(name):
 
 @pytest.mark.slow
 def test_monitor_cases_change_with_every_grading():
+    """Every grading draws its own hidden sizes (a fresh case_seed in the job), and the sizes change
+    what the trusted child measures. (Comparing two gradings' reported peaks instead would fail now
+    and then: the worst case's truth takes few values, and two draws can land on the same one.)"""
+    from vramlab.grader import policy
+    from vramlab.grader.core import DEFAULT_MEMORY, _job
+    from vramlab.grader.sandbox import run_job
+
     spec = get_exercise("ch02-monitor")
-    a = grade_source("ch02-monitor", spec.solution)
-    b = grade_source("ch02-monitor", spec.solution)
-    assert a["passed"] and b["passed"]
-    assert a["baseline_peak_bytes"] != b["baseline_peak_bytes"]
+    assert len({_job(spec, "ci", "sim")["case_seed"] for _ in range(5)}) == 5
+    truths = []
+    for seed in (1, 2):          # random.Random(1) and (2) draw different sizes for both sized functions
+        run = run_job(dict(_job(spec, "ci", "sim"), case_seed=seed, reference=True), spec.starter, 120,
+                      DEFAULT_MEMORY["ci"], use_sandbox=policy.bwrap_path() is not None)
+        truths.append({a["case"]: a["truth"] for a in run.payload["answers"]})
+    assert truths[0]["transient"] != truths[1]["transient"] and truths[0]["keeps_output"] != truths[1]["keeps_output"]
+    assert truths[0]["train_step"] == truths[1]["train_step"]
+    assert grade_source("ch02-monitor", spec.solution)["passed"]

@@ -23,7 +23,7 @@ from vramlab.grader.core import grade_file
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = sorted((ROOT / "tests" / "hostile").glob("*.py"))
-TIMEOUT = 40   # generous: 2 hostile gradings share 2 cores; the infinite loop is killed at this limit
+TIMEOUT = 25   # generous (an honest grading takes ~2 s): 2 hostile gradings share 2 cores; the infinite loop is killed here
 PWNED = [ROOT / "PWNED_by_hostile.txt", ROOT / "nbgrader" / "PWNED_by_hostile.txt", Path("/tmp/PWNED_by_hostile.txt")]
 KEYS = {"exercise", "passed", "score", "max_score", "peak_bytes", "baseline_peak_bytes", "ratio", "target_ratio",
         "correct", "reason", "backend", "category"}

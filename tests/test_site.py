@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from site_build import BUILD_TIMEOUT_S, shared_build
 
 pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
 
@@ -40,36 +41,14 @@ CHAPTERS = {
 }
 STAGES = {"基础篇": range(1, 6), "进阶篇": range(6, 16), "高级篇": range(16, 26), "实战篇": range(26, 31)}
 
-BUILD_TIMEOUT_S = 600         # catches a hang; build speed is measured, not asserted (README)
-
-
-def build_site(dest: Path, *, offline: bool, cwd: Path = REPO) -> str:
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    env.pop("OFFLINE", None)
-    if offline:
-        env["OFFLINE"] = "true"
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(dest)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-    )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{log}"
-    assert not re.search(r"^WARNING", log, re.M), f"build printed warnings:\n{log}"
-    return log
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return shared_build(offline=False)
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("site") / "site"
-    build_site(dest, offline=False)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def offline_site(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("site") / "site-offline"
-    build_site(dest, offline=True)
-    return dest
+def offline_site() -> Path:
+    return shared_build(offline=True)
 
 
 # --------------------------------------------------------------------------- HTML helpers

@@ -13,15 +13,13 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from site_build import shared_build
 
 pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
 
@@ -56,25 +54,14 @@ except ImportError:  # pragma: no cover
 
 # --------------------------------------------------------------------------- fixtures
 
-def _build(dest: Path, offline: bool) -> Path:
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    env.pop("OFFLINE", None)
-    if offline:
-        env["OFFLINE"] = "true"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(dest)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return dest
-
-
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
 
 @pytest.fixture(scope="module")
-def site_url(tmp_path_factory):
-    root = _build(tmp_path_factory.mktemp("browser") / "site", offline=False)
+def site_url():
+    root = shared_build(offline=False)
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -85,8 +72,8 @@ def site_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def offline_root(tmp_path_factory):
-    return _build(tmp_path_factory.mktemp("browser") / "site-offline", offline=True)
+def offline_root():
+    return shared_build(offline=True)
 
 
 @pytest.fixture(scope="module")

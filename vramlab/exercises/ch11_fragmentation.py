@@ -3,9 +3,9 @@
 Kind "call" (case fragmentation): requests whose lengths grow from 2048 to 6144 rows (24 of them
 at ci scale, 32 on a GPU) arrive in host memory; `process(requests, weight, device)` returns one
 result per request, all kept on the device. Metric: peak reserved minus peak allocated (the
-caching allocator's waste), and the peak reserved may not exceed the starter's. `empty_cache()` is refused like everywhere in the grader:
-it hides the waste for a moment and costs synchronisations, it does not remove its cause.
-The simulated cuBLAS workspaces are off at ci scale (they are one fixed block for both codes).
+caching allocator's waste), and the peak reserved may not exceed the starter's. `empty_cache()`
+is refused like everywhere in the grader: it hides the waste for a moment and costs
+synchronisations, it does not remove its cause. The simulated cuBLAS workspaces are off at ci scale (they are one fixed block for both codes).
 """
 from ..grader.kinds import call
 from .spec import ExerciseSpec, Scale

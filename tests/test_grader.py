@@ -210,3 +210,43 @@ def test_check_is_lazy_and_callable():
     assert not hasattr(sys.modules["__main__"], "train_step")
     with pytest.raises(AssertionError, match="没有找到函数"):
         vramlab.check("ch05-accumulation")
+
+
+FITTED_ATTENTION = '''\
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def attention(q, k, v):
+    if q.shape[-2] == 512:          # fitted to the visible case: the cheap kernel only where it is measured
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    seq = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+'''
+
+
+@pytest.mark.slow
+def test_hidden_variation_fails_a_solution_fitted_to_the_visible_case():
+    """A hidden variation runs only after the visible case passes; the fitted solution passes the
+    visible case and fails the hidden one, with a reason that names no hidden number."""
+    import dataclasses
+
+    from vramlab.exercises import get_exercise
+    from vramlab.exercises.spec import Variation
+    from vramlab.grader.core import grade_source
+
+    spec = get_exercise("ch14-attention")
+    variation = Variation(catches="a branch on the visible sequence length", seq=256, batch=3)
+    probe = dataclasses.replace(spec, ci=dataclasses.replace(spec.ci, hidden=(variation,)))
+    fitted = grade_source(spec.id, FITTED_ATTENTION, _spec=probe)
+    assert not fitted["passed"] and fitted["score"] == 0 and fitted["hidden_failed"] == 1
+    assert fitted["ratio"] <= spec.target_ratio            # the visible case passed
+    assert "隐藏配置 1/1" in fitted["reason"] and "序列长度" in fitted["reason"] and "256" not in fitted["reason"]
+    honest = grade_source(spec.id, spec.solution, _spec=probe)
+    assert honest["passed"] and honest["hidden_passed"] == 1 and honest["hidden_ratios"][0] <= spec.target_ratio
+    starter = grade_source(spec.id, spec.starter, _spec=probe)
+    assert not starter["passed"] and starter["hidden_passed"] == 0 and "hidden_failed" not in starter

@@ -144,10 +144,11 @@ def intro_markdown(spec) -> str:
         "5. 提交后，教师用 nbgrader 自动评分：得分由评分器在你的 kernel 之外、从你提交的 notebook "
         "重新评一次决定；另有隐藏测试（接口不变）。",
     ]
-    if spec.hints:
-        lines += ["", "<details><summary>提示（先自己试试）</summary>", ""]
-        lines += [f"{i}. {h}" for i, h in enumerate(spec.hints, 1)]
-        lines += ["", "</details>"]
+    for i, hint in enumerate(spec.hints, 1):      # folded one by one: each comes nearer to the answer
+        if i == 1:
+            lines += ["", "## 提示", "", "卡住了再展开，一次一条：越往后越接近答案。"]
+        label = "先想一想" if i == 1 else ("最后一条：直接说做法" if i == len(spec.hints) else "再具体一点")
+        lines += ["", f"<details><summary>提示 {i}（{label}）</summary>", "", hint, "", "</details>"]
     return "\n".join(lines)
 
 

@@ -3,9 +3,37 @@ the grader and the course page are all generated from, or check against, this on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..grader.kinds import finetune, get_kind, technique
+
+
+@dataclass(frozen=True)
+class Variation:
+    """A configuration the grader also runs, once the visible one passes, that the learner never
+    sees: not in the notebook, the page or the feedback. Code tuned to the visible shapes or
+    numbers fails it; a general solution passes. Unset fields keep the visible scale's values;
+    `config` is merged into the kind's `settings.config`, `settings` replaces other Settings fields."""
+    catches: str                   # developer note: what a solution fitted to the visible case gets wrong here
+    batch: int | None = None
+    seq: int | None = None
+    seed: int | None = None
+    config: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def changes_zh(self) -> str:
+        """Which dimensions differ, without their values (the feedback names no hidden number)."""
+        names = [zh for attr, zh in (("batch", "批大小"), ("seq", "序列长度"), ("seed", "随机种子"))
+                 if getattr(self, attr) is not None]
+        names += [_KNOB_ZH.get(k, k) for k in (*self.config, *self.settings)]
+        return "、".join(dict.fromkeys(names)) or "配置"
+
+
+_KNOB_ZH = {"n_layer": "层数", "num_hidden_layers": "层数", "n_embd": "宽度", "hidden_size": "宽度",
+            "n_head": "头数", "vocab_size": "词表", "lengths": "请求长度", "budget_mib": "显存预算",
+            "d_model": "宽度", "heads": "头数", "kv_heads": "KV 头数", "head_dim": "每头维度", "hidden": "宽度",
+            "layers": "层数", "experts": "专家数", "top_k": "top-k", "cases": "模型和优化器",
+            "n_samples": "样本数", "d_in": "输入维度", "d_out": "输出维度", "n_batches": "批数"}
 
 
 @dataclass(frozen=True)
@@ -17,6 +45,17 @@ class Scale:
     steps: int = 3                 # optimizer steps; the peak is measured after `warmup` of them
     warmup: int = 1
     settings: object = None        # the kind's Settings (vramlab.grader.kinds.<kind>.Settings); None: its defaults
+    seed: int = 0                  # model weights and data
+    hidden: tuple[Variation, ...] = ()    # graded too, never shown (Variation)
+
+    def varied(self, v: Variation) -> "Scale":
+        """This scale with a hidden variation applied (itself without hidden cases)."""
+        settings = self.settings
+        if v.config or v.settings:
+            config = {**getattr(settings, "config", {}), **v.config}
+            settings = replace(settings, **v.settings, **({"config": config} if v.config else {}))
+        return replace(self, batch=v.batch or self.batch, seq=v.seq or self.seq,
+                       seed=self.seed if v.seed is None else v.seed, settings=settings, hidden=())
 
 
 @dataclass(frozen=True)
@@ -47,6 +86,8 @@ class ExerciseSpec:
     metric: str = "steady_peak_allocated"
     kind: str = "train_step"       # what the harness runs and how the grader judges it: one module of
                                    # vramlab.grader.kinds per kind (its docstring says what it checks)
+    giveaways: tuple[str, ...] = ()    # regexes of what solves it (an API, a line): the task, the
+                                   # starter and every hint but the last must not contain them
 
     def __post_init__(self):
         kind = get_kind(self.kind)          # an unknown kind fails when the spec is built
@@ -82,7 +123,12 @@ def train_step(model, optimizer, batch, device):
 def criteria_zh(spec: ExerciseSpec) -> list[str]:
     """The pass criteria in Chinese, one Markdown bullet each: the notebook intro and the chapter
     page both print these, so what learners read is what the grader checks."""
-    return get_kind(spec.kind).criteria_zh(spec)
+    lines = get_kind(spec.kind).criteria_zh(spec)
+    if spec.ci.hidden:
+        lines.append(f"- 你看到的配置通过后，评分器还会在 {len(spec.ci.hidden)} 个**隐藏配置**上再评一次"
+                     "（换层数、宽度、序列长度、批大小或随机种子之类，具体数值不公开），每个都要达到同样的标准："
+                     "只对你看到的形状或数字成立的写法拿不到分。")
+    return lines
 
 
 # The starter of the peft exercises (kind "finetune"): train every parameter.

@@ -72,7 +72,7 @@ def _job(spec, scale_name: str, backend: str, threads: int | None = None) -> dic
     settings = scale.settings
     return {
         "function": spec.function, "model": scale.model, "config": dict(settings.config),
-        "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": 0,
+        "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": scale.seed,
         "lr": settings.lr, "backend": backend, "threads": torch_threads(settings.world_size, threads), "features_k": 2,
         "kind": spec.kind, "settings": dataclasses.asdict(settings),     # the child: kind.Settings(**settings)
         # hidden cases that change with every grading (ch02): a number copied from feedback is useless
@@ -128,6 +128,32 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         return _fail(result, e.category, e.reason)
     timeout = float(timeout_s or DEFAULT_TIMEOUT[scale])
     memory = int(memory_limit_bytes or DEFAULT_MEMORY[scale])
+    run_case = dict(source=source, backend=backend, scale=scale, timeout=timeout, memory=memory,
+                    reuse_baseline=reuse_baseline, use_sandbox=use_sandbox, cores=cores)
+    result = _grade_case(spec, result, **run_case)
+    hidden = getattr(spec, scale).hidden
+    result["hidden_cases"] = len(hidden)
+    result["hidden_passed"] = 0
+    for i, variation in enumerate(hidden if result["passed"] else (), 1):
+        case_spec = dataclasses.replace(spec, **{scale: getattr(spec, scale).varied(variation)})
+        case = _grade_case(case_spec, _base_result(spec, backend, scale), **run_case)
+        if not case["passed"]:
+            result.update(passed=False, score=0, category=case["category"], hidden_failed=i,
+                          violations=case.get("violations", []),
+                          reason=f"你看到的配置通过了，但评分时另加的隐藏配置 {i}/{len(hidden)}（不同的"
+                                 f"{variation.changes_zh()}）没有通过：{case['reason']}。"
+                                 "你的写法是不是只对题目给出的形状或数字成立？")
+            break
+        result["hidden_passed"] = i
+        result.setdefault("hidden_ratios", []).append(case["ratio"])     # for the margin tests, not shown
+        result["baseline_cached"] = result.get("baseline_cached") and case.get("baseline_cached")
+    result["seconds"] = round(time.perf_counter() - t_start, 2)
+    return result
+
+
+def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, timeout: float, memory: int,
+                reuse_baseline: bool, use_sandbox: bool, cores: int | None) -> dict:
+    """One configuration: the starter's run (kept or measured now), the learner's run, the verdict."""
     job = _job(spec, scale, backend, cores)
 
     runs: dict[str, ChildRun] = {}
@@ -168,7 +194,6 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         if isinstance(run, Exception):
             raise GraderError(f"评分器本身出错了：{type(run).__name__}: {run}") from run
     base, sub = runs["baseline"], runs["submission"]
-    result["seconds"] = round(time.perf_counter() - t_start, 2)
     result["baseline_cached"] = cached is not None
     bp = base.payload
     result["baseline_peak_bytes"] = bp.get("peak_bytes")

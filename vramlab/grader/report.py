@@ -38,10 +38,14 @@ def format_result(r: dict) -> str:
     if r.get("time_ratio") is not None:
         lines.append(f"  单步耗时           {r['step_seconds'] * 1000:.0f} ms，是起始代码的 {r['time_ratio']:.2f} 倍"
                      + (f"（允许 {r['max_time_ratio']:.2f} 倍）" if r.get("max_time_ratio") else "（仅供参考，不计分）"))
+    if r.get("hidden_cases"):
+        lines.append(f"  隐藏配置           {r.get('hidden_passed', 0)}/{r['hidden_cases']} 个通过"
+                     + ("" if r.get("passed") or r.get("hidden_failed") else "（你看到的配置通过之后才评）"))
     lines.append(f"  说明               {r.get('reason', '')}")
     if not r.get("passed") and r.get("hints") and r.get("category") in ("too_much_memory", "incorrect", "technique", "slow", "oom",
                                                                           "too_many_trials"):
-        lines.append("  可以试试：")
-        for h in r["hints"]:
-            lines.append(f"    - {h}")
+        # the first hint only: it asks a question; later ones come nearer to the answer, one at a time in the notebook
+        lines.append(f"  先想一想：{r['hints'][0]}")
+        if len(r["hints"]) > 1:
+            lines.append(f"  （notebook 里还有 {len(r['hints']) - 1} 条提示，一条一条展开，越往后越接近答案）")
     return "\n".join(lines)

@@ -17,10 +17,7 @@ from vramlab.grader.core import grade_file
 ROOT = Path(__file__).resolve().parent.parent
 ALTERNATIVES = sorted((ROOT / "tests" / "alternatives").glob("*/*.py"))
 MARGIN = 0.9
-# Known and not yet fixed: ZeRO-1 by hand saves half the optimizer state of the tiny model, which lands
-# at 0.81-0.83 against a target of 0.90 (margin 8-10%, not 10%). Retuning ch10's ci scale or target is
-# open work; these still must pass, only the margin is reported as an expected failure.
-THIN_MARGIN = {"ch10-zero": "ch10 的参考答案和替代做法只在目标内 8–10%（0.81–0.83 对 0.90），规模或目标还没有重调"}
+THIN_MARGIN: dict[str, str] = {}      # exercise id -> why its alternatives may land inside the margin (none today)
 
 
 def _expect(path: Path) -> set[str]:

@@ -22,12 +22,17 @@ TRAINING_IDS = [i for i in IDS if EXERCISES[i].kind in ("train_step", "train_epo
 
 def test_registry_shape():
     assert IDS == ["ch01-estimate", "ch02-monitor", "ch03-loading", "ch04-dataloading", "ch05-accumulation",
+                   "stage1-challenge",
                    "ch06-mixed-precision", "ch07-checkpoint", "ch08-allreduce", "ch09-tensor-parallel", "ch10-zero",
                    "ch11-fragmentation", "ch12-eval-loop", "ch13-max-batch", "ch14-attention",
-                   "ch15-embedding-offload", "ch16-gqa", "ch17-moe", "ch18-rmsnorm", "ch19-offload",
+                   "ch15-embedding-offload", "stage2-challenge",
+                   "ch16-gqa", "ch17-moe", "ch18-rmsnorm", "ch19-offload",
                    "ch20-overlap", "ch21-leak", "ch22-int8-linear", "ch23-distill", "ch24-lora", "ch25-dora",
+                   "stage3-challenge",
                    "ch26-prompt-tuning", "ch27-prefix-tuning", "ch28-activation-offload", "ch29-zero2",
                    "ch30-capstone"]
+    # one exercise per chapter, and one challenge per stage 1-3 on its last chapter (5, 15, 25)
+    assert sorted(s.chapter for s in EXERCISES.values()) == sorted([*range(1, 31), 5, 15, 25])
     functions = {"train_step": {"train_step"}, "train_epoch": {"train_epoch"}, "estimate": {"estimate_static_bytes"},
                  "monitor": {"measure_peak"}, "load": {"load_model"}, "max_batch": {"find_max_batch"},
                  "call": {"tp_mlp", "process", "evaluate", "attention", "embed", "moe_forward", "rms_norm",
@@ -49,7 +54,9 @@ def test_solution_passes_and_starter_fails(exercise_id):
     good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
     assert good["passed"], good["reason"]
     assert good["score"] == spec.points and good["correct"] is True
-    assert good["ratio"] <= spec.target_ratio - min(0.05, (1 - spec.target_ratio) / 2)   # margin below the target
+    for ratio in [good["ratio"], *(good.get("hidden_ratios") or [])]:      # the visible and every hidden case
+        assert ratio <= spec.target_ratio - min(0.05, (1 - spec.target_ratio) / 2)   # margin below the target
+    assert good["hidden_passed"] == len(spec.ci.hidden)
     assert good["peak_bytes"] > 0
     bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
     assert not bad["passed"] and bad["score"] == 0
@@ -85,3 +92,18 @@ def test_notebook_extraction_keeps_function_and_imports_only():
     src = notebook_source(json.dumps(nb), "train_step")
     assert "def train_step" in src and "import torch" in src and "X = 3" in src
     assert "check(" not in src and "print(" not in src and "%matplotlib" not in src
+
+
+@pytest.mark.parametrize("exercise_id", ["stage2-challenge", "stage3-challenge"])
+def test_stage_challenge_fits_its_card_and_the_starter_does_not(exercise_id):
+    """A stage's challenge: the reference fits the virtual card (visible and hidden) with the margin;
+    the starter overflows it, and the report says what each memory category saved."""
+    spec = get_exercise(exercise_id)
+    good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
+    assert good["passed"] and good["correct"] is True, good["reason"]
+    assert good["hidden_passed"] == len(spec.ci.hidden) >= 1
+    for ratio in [good["ratio"], *good["hidden_ratios"]]:
+        assert ratio <= 0.9 * spec.target_ratio
+    assert good.get("savings") and sum(good["savings"].values()) > 0
+    bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
+    assert not bad["passed"] and bad["category"] == "oom", bad["reason"]

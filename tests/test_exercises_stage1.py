@@ -23,7 +23,7 @@ def test_solution_passes_and_starter_fails(exercise_id, starter_category):
     good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
     assert KEYS <= set(good)
     assert good["passed"] and good["score"] == spec.points and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= spec.target_ratio * 0.75                 # margin below the target
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= spec.target_ratio * 0.75                 # margin below the target
     assert "通过" in format_result(good)
     bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
     assert not bad["passed"] and bad["score"] == 0
@@ -74,8 +74,9 @@ MODEL_NAME = "tiny"
 def load_model(device):
     return build_model(MODEL_NAME, seed=0, device=device.torch_device)
 '''),
-    # build in "host memory" so the device never sees the weights
-    "load_on_host": ("ch03-loading", "tamper", '''
+    # build in "host memory" and return it there: ch03 allows host memory (it is measured against
+    # its own limit), but a model that never reaches the device is not loaded
+    "load_on_host": ("ch03-loading", "incorrect", '''
 import torch
 from vramlab.models import build_model
 MODEL_NAME = "tiny"

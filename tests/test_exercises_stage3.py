@@ -16,7 +16,7 @@ def test_solution_passes_and_starter_fails(exercise_id):
     spec = get_exercise(exercise_id)
     good = grade_source(exercise_id, spec.solution, reuse_baseline=True)
     assert good["passed"] and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= spec.target_ratio - 0.05
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= spec.target_ratio - 0.05
     bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
     assert not bad["passed"] and bad["category"] == "too_much_memory" and bad["correct"] is True, bad["reason"]
 

@@ -21,7 +21,7 @@ def test_leak_starter_overflows_the_card_and_the_fix_fits():
     spec = get_exercise("ch21-leak")
     good = _graded("ch21-leak", spec.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= spec.target_ratio - 0.05
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= spec.target_ratio - 0.05
     budget = spec.ci.settings.learner_budget_mib * 2 ** 20
     assert good["peak_bytes"] < budget < good["baseline_peak_bytes"]      # the starter alone does not fit
     bad = _graded("ch21-leak", spec.starter)
@@ -30,8 +30,11 @@ def test_leak_starter_overflows_the_card_and_the_fix_fits():
 
 
 def test_leak_half_fix_with_detach_still_overflows():
-    # .detach() cuts the graph but the logits stay alive: the card still overflows
-    src = get_exercise("ch21-leak").starter.replace("append(out.logits)", "append(out.logits.detach())")
+    # fixing one of the two leaks (the forward hook's metric) leaves the entropy sum and its graph: still overflows
+    starter = get_exercise("ch21-leak").starter
+    src = starter.replace('mon["mlp_act"].append(output.abs().mean())',
+                          'mon["mlp_act"].append(output.detach().abs().mean().item())')
+    assert src != starter
     r = _graded("ch21-leak", src)
     assert not r["passed"] and r["category"] == "oom", r["reason"]
 
@@ -46,7 +49,7 @@ def test_int8_linear_solution_passes_starter_fails_wrong_scale_incorrect():
     spec = get_exercise("ch22-int8-linear")
     good = _graded("ch22-int8-linear", spec.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= spec.target_ratio - 0.05
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= spec.target_ratio - 0.05
     bad = _graded("ch22-int8-linear", spec.starter)
     assert not bad["passed"] and bad["category"] == "too_much_memory" and bad["correct"] is True, bad["reason"]
     # the scale applied per input column instead of per output channel: plausible and wrong
@@ -70,31 +73,31 @@ def test_peft_solution_passes_and_full_finetuning_fails(exercise_id):
     spec = get_exercise(exercise_id)
     good = _graded(exercise_id, spec.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= spec.target_ratio - 0.05
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= spec.target_ratio - 0.05
     assert 0 < good["trainable"] <= spec.ci.settings.max_trainable_share * good["total"]
     bad = _graded(exercise_id, spec.starter)
-    assert not bad["passed"] and bad["category"] == "incorrect" and "peft" in bad["reason"], bad["reason"]
+    assert not bad["passed"] and bad["category"] == "technique" and "peft" in bad["reason"], bad["reason"]
 
 
 LORA = get_exercise("ch24-lora").solution
 
 
-@pytest.mark.parametrize("source,why", [
+@pytest.mark.parametrize("source,why,category", [
     # the right library, the wrong method for the chapter
-    (get_exercise("ch26-prompt-tuning").solution, "PromptTuningConfig"),
+    (get_exercise("ch26-prompt-tuning").solution, "PromptTuningConfig", "technique"),
     # DoRA is not what chapter 24 asks for
-    (LORA.replace('task_type="CAUSAL_LM",', 'task_type="CAUSAL_LM", use_dora=True,'), "use_dora"),
+    (LORA.replace('task_type="CAUSAL_LM",', 'task_type="CAUSAL_LM", use_dora=True,'), "use_dora", "technique"),
     # a rank so large that nearly everything trains again
-    (LORA.replace("r=8, lora_alpha=16", "r=256, lora_alpha=512"), "可训练参数占"),
+    (LORA.replace("r=8, lora_alpha=16", "r=256, lora_alpha=512"), "可训练参数占", "incorrect"),
     # the adapter does not start as the identity: B initialised randomly
-    (LORA.replace('task_type="CAUSAL_LM",', 'task_type="CAUSAL_LM", init_lora_weights=False,'), "第 1 步的损失"),
+    (LORA.replace('task_type="CAUSAL_LM",', 'task_type="CAUSAL_LM", init_lora_weights=False,'), "第 1 步的损失", "incorrect"),
     # a different, much smaller model: nothing of the grader's model is in it
-    ("import torch\n\ndef prepare_model(model):\n    return torch.nn.Linear(4, 4)\n", "不包含"),
+    ("import torch\n\ndef prepare_model(model):\n    return torch.nn.Linear(4, 4)\n", "不包含", "incorrect"),
 ])
-def test_lora_wrong_answers_are_refused(source, why):
+def test_lora_wrong_answers_are_refused(source, why, category):
     assert source != LORA
     r = _graded("ch24-lora", source)
-    assert not r["passed"] and r["category"] == "incorrect" and why in r["reason"], r["reason"]
+    assert not r["passed"] and r["category"] == category and why in r["reason"], r["reason"]
 
 
 CAPSTONE = get_exercise("ch30-capstone")
@@ -103,7 +106,7 @@ CAPSTONE = get_exercise("ch30-capstone")
 def test_capstone_solution_fits_and_reports_what_each_category_saved():
     good = _graded("ch30-capstone", CAPSTONE.solution)
     assert good["passed"] and good["correct"] is True, good["reason"]
-    assert good["ratio"] <= CAPSTONE.target_ratio - 0.05
+    assert max([good["ratio"], *(good.get("hidden_ratios") or [])]) <= CAPSTONE.target_ratio - 0.05
     saved = good["savings"]
     # checkpointing, micro-batches and 8-bit states each show up in their own category
     for category in ("activations", "temporaries", "optimizer_state"):

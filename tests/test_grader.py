@@ -158,7 +158,7 @@ def test_cli_exercises_json():
     assert out.returncode == 0, out.stderr
     items = json.loads(out.stdout)
     from vramlab.exercises import EXERCISES
-    assert [i["id"] for i in items] == list(EXERCISES) and len(items) == 30
+    assert [i["id"] for i in items] == list(EXERCISES) and len(items) == 33      # 30 chapters + 3 stage challenges
     assert {"id", "chapter", "function", "target_ratio", "points", "notebook", "solution"} <= set(items[0])
 
 
@@ -216,16 +216,22 @@ FITTED_ATTENTION = '''\
 import math
 
 import torch
-import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 
-def attention(q, k, v):
-    if q.shape[-2] == 512:          # fitted to the visible case: the cheap kernel only where it is measured
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def _rows(q, k, v, start, softcap):
+    scores = softcap * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) / softcap)
+    rows = torch.arange(start, start + q.shape[-2], device=q.device)[:, None]
+    cols = torch.arange(k.shape[-2], device=q.device)[None, :]
+    return torch.softmax(scores.masked_fill(cols > rows, float("-inf")), dim=-1) @ v
+
+
+def attention(q, k, v, softcap):
     seq = q.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    if seq == 1024:                 # fitted to the visible case: the cheap route only where it is measured
+        return torch.cat([checkpoint(_rows, q[..., s:s + 128, :], k[..., :s + 128, :], v[..., :s + 128, :], s, softcap,
+                                     use_reentrant=False) for s in range(0, seq, 128)], dim=-2)
+    return _rows(q, k, v, 0, softcap)
 '''
 
 
@@ -240,12 +246,12 @@ def test_hidden_variation_fails_a_solution_fitted_to_the_visible_case():
     from vramlab.grader.core import grade_source
 
     spec = get_exercise("ch14-attention")
-    variation = Variation(catches="a branch on the visible sequence length", seq=256, batch=3)
+    variation = Variation(catches="a branch on the visible sequence length", seq=768, batch=2)
     probe = dataclasses.replace(spec, ci=dataclasses.replace(spec.ci, hidden=(variation,)))
     fitted = grade_source(spec.id, FITTED_ATTENTION, _spec=probe)
     assert not fitted["passed"] and fitted["score"] == 0 and fitted["hidden_failed"] == 1
     assert fitted["ratio"] <= spec.target_ratio            # the visible case passed
-    assert "隐藏配置 1/1" in fitted["reason"] and "序列长度" in fitted["reason"] and "256" not in fitted["reason"]
+    assert "隐藏配置 1/1" in fitted["reason"] and "序列长度" in fitted["reason"] and "768" not in fitted["reason"]
     honest = grade_source(spec.id, spec.solution, _spec=probe)
     assert honest["passed"] and honest["hidden_passed"] == 1 and honest["hidden_ratios"][0] <= spec.target_ratio
     starter = grade_source(spec.id, spec.starter, _spec=probe)

@@ -241,12 +241,16 @@ def test_estimate_truths_come_from_the_trusted_run():
 
 def test_call_load_and_finetune_judges():
     bp = {"peak_bytes": 100, "metric_bytes": 100, "outputs": [[1.0, 2.0], [3.0]], "floor_bytes": 10}
-    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40))["passed"]
-    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40, outputs=[[1.0, 2.5], [3.0]]))[
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=20, metric_bytes=20))["passed"]
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=20, metric_bytes=20, outputs=[[1.0, 2.5], [3.0]]))[
         "category"] == "incorrect"
-    assert judge("ch14-attention", bp, dict(bp, peak_bytes=40, metric_bytes=40, outputs=[[1.0]]))[
+    assert judge("ch14-attention", bp, dict(bp, peak_bytes=20, metric_bytes=20, outputs=[[1.0]]))[
         "category"] == "incorrect"
     assert judge("ch14-attention", bp, dict(bp, outputs=[["a"]]))["category"] == "tamper"
+    mb = dict(bp, flops=1000)           # ch17: top-2 of 8 experts, at most 1.5 * 2/8 of the starter's matmul FLOPs
+    assert judge("ch17-moe", mb, dict(mb, peak_bytes=40, metric_bytes=40, flops=260))["passed"]
+    assert judge("ch17-moe", mb, dict(mb, peak_bytes=40, metric_bytes=40, flops=990))["category"] == "technique"
+    assert judge("ch17-moe", mb, dict(bp, peak_bytes=40, metric_bytes=40))["category"] == "tamper"
 
     lb = {"peak_bytes": 300, "model_bytes": 100, "param_count": 5, "dtypes": ["torch.bfloat16"], "on_device": True,
           "fingerprint": [1.0, 2.0]}

@@ -157,8 +157,10 @@ def test_exercise_cards_come_from_the_specs(site):
     from vramlab.exercises import EXERCISES
 
     for spec in EXERCISES.values():
-        html = (site / "chapters" / f"ch{spec.chapter:02d}" / "index.html").read_text(encoding="utf-8")
-        assert f"评分练习 <code>{spec.id}</code>" in html, f"{spec.id} has no card on chapter {spec.chapter}"
+        stage = re.fullmatch(r"stage(\d)-challenge", spec.id)        # a stage's challenge has its own page
+        page = site / ("challenges" if stage else "chapters") / (f"stage{stage.group(1)}" if stage else f"ch{spec.chapter:02d}")
+        html = (page / "index.html").read_text(encoding="utf-8")
+        assert f"评分练习 <code>{spec.id}</code>" in html, f"{spec.id} has no card on {page.name}"
         if spec.kind == "max_batch":        # judged on the answer and the number of trials, not a ratio
             assert "试得少" in html and "log₂" in html, f"{spec.id}: trial limit missing"
         else:

@@ -16,6 +16,7 @@ _MARKER = re.compile(r"<!--\s*vramlab:exercise\s+([\w-]+)\s*-->")
 _TABLE = re.compile(r"<!--\s*vramlab:exercise-table\s*-->")
 _JUDGED_ZH = {"estimate": "估算误差", "monitor": "测量误差", "max_batch": "答案与试探次数",
               "reserved_gap": "reserved − allocated"}
+_STAGE_ZH = {"1": "基础篇", "2": "进阶篇", "3": "高级篇"}
 
 
 def exercise_table(src_uri: str) -> str:
@@ -28,8 +29,10 @@ def exercise_table(src_uri: str) -> str:
         judged = _JUDGED_ZH.get(spec.kind) or _JUDGED_ZH.get(spec.metric, "峰值显存")
         ranks = spec.ci.settings.world_size
         where = f"（{ranks} 个进程）" if ranks > 1 else ""
-        rows.append(f"| `{spec.id}` | [第 {spec.chapter} 章]({up}chapters/ch{spec.chapter:02d}.md) | {spec.title} | "
-                    f"{judged}{where} |")
+        stage = re.fullmatch(r"stage(\d)-challenge", spec.id)      # a stage's challenge has its own page
+        where_taught = (f"[{_STAGE_ZH[stage.group(1)]}挑战]({up}challenges/stage{stage.group(1)}.md)" if stage
+                        else f"[第 {spec.chapter} 章]({up}chapters/ch{spec.chapter:02d}.md)")
+        rows.append(f"| `{spec.id}` | {where_taught} | {spec.title} | {judged}{where} |")
     return "\n".join(rows) + "\n"
 
 

@@ -15,16 +15,16 @@ from . import (ch01_estimate, ch02_monitor, ch03_loading, ch04_dataloading, ch05
                ch11_fragmentation, ch12_eval_loop, ch13_max_batch, ch14_attention, ch15_embedding_offload,
                ch16_gqa, ch17_moe, ch18_rmsnorm, ch19_offload, ch20_overlap, ch21_leak, ch22_int8_linear,
                ch23_distill, ch24_lora, ch25_dora, ch26_prompt_tuning, ch27_prefix_tuning, ch28_activation_offload,
-               ch29_zero2, ch30_capstone)
+               ch29_zero2, ch30_capstone, stage1_challenge, stage2_challenge, stage3_challenge)
 
-EXERCISES: dict[str, ExerciseSpec] = {
-    m.SPEC.id: m.SPEC for m in (ch01_estimate, ch02_monitor, ch03_loading, ch04_dataloading, ch05_accumulation,
-                                ch06_mixed_precision, ch07_checkpoint, ch08_allreduce, ch09_tensor_parallel,
-                                ch10_zero, ch11_fragmentation, ch12_eval_loop, ch13_max_batch, ch14_attention,
-                                ch15_embedding_offload, ch16_gqa, ch17_moe, ch18_rmsnorm, ch19_offload, ch20_overlap,
-                                ch21_leak, ch22_int8_linear, ch23_distill, ch24_lora, ch25_dora, ch26_prompt_tuning,
-                                ch27_prefix_tuning, ch28_activation_offload, ch29_zero2,
-                                ch30_capstone)
+EXERCISES: dict[str, ExerciseSpec] = {      # in course order: each stage's challenge after its last chapter
+    m.SPEC.id: m.SPEC for m in (
+        ch01_estimate, ch02_monitor, ch03_loading, ch04_dataloading, ch05_accumulation, stage1_challenge,
+        ch06_mixed_precision, ch07_checkpoint, ch08_allreduce, ch09_tensor_parallel, ch10_zero, ch11_fragmentation,
+        ch12_eval_loop, ch13_max_batch, ch14_attention, ch15_embedding_offload, stage2_challenge,
+        ch16_gqa, ch17_moe, ch18_rmsnorm, ch19_offload, ch20_overlap, ch21_leak, ch22_int8_linear, ch23_distill,
+        ch24_lora, ch25_dora, stage3_challenge,
+        ch26_prompt_tuning, ch27_prefix_tuning, ch28_activation_offload, ch29_zero2, ch30_capstone)
 }
 
 

@@ -1,28 +1,50 @@
-"""第 21 章 找出并修好一处显存泄漏（ch21-leak）.
+"""第 21 章 找出并修好显存泄漏（ch21-leak）.
 
 Kind "train_step" with settings.learner_budget_mib: the learner's run is on a virtual card that the
-leaky starter overflows after a few steps (it keeps every step's logits, B x S x V floats, in a list
-on the model); the trusted starter runs without the budget and gives the losses, the update and the
-baseline peak. cuBLAS workspaces are off at ci scale.
+leaky starter overflows after a few steps; the trusted starter runs without the budget and gives
+the losses, the update and the baseline peak. cuBLAS workspaces are off at ci scale.
+
+The starter logs two metrics and leaks through both, neither named anywhere the learner reads:
+the mean entropy of the output distribution is summed as a tensor with its graph (the "total +=
+loss" pattern: the log-softmax and its exp, 2 x B x S x V floats, stay saved for a backward that
+never comes), and a forward hook on every MLP activation appends `output.abs().mean()` with its
+graph (the GELU output, B x S x 4d floats per layer per step). At the visible scale (vocab 8192)
+the entropy leak dominates `top_allocations`; the hidden case has a small vocabulary, more tokens
+and a card with room for the fixed step only, so fixing the biggest symptom alone overflows there.
 """
 from ..grader.kinds import train_step
-from .spec import ExerciseSpec, Scale
+from .spec import ExerciseSpec, Scale, Variation
 
 STARTER = '''\
 import torch
 
 
 def train_step(model, optimizer, batch, device):
-    """能跑、结果也对的一步。但有人为了“以后排查问题”加了一行记录……
-    跑几步以后就会显存溢出（OOM）。找出是哪里在涨，修好它。"""
+    """一步训练，顺带记录两个写日志用的监控量：MLP 激活值的平均幅度（每层一个数）和输出分布的平均熵。
+    损失和参数更新都是对的。"""
+    mon = _monitor(model)
     out = model(input_ids=batch, labels=batch)
-    if not hasattr(model, "debug_history"):
-        model.debug_history = []
-    model.debug_history.append(out.logits)        # 调试用：保存每一步的输出
+    logp = torch.log_softmax(out.logits, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1).mean()
+    mon["entropy_sum"] = mon["entropy_sum"] + entropy
+    mon["steps"] += 1
     out.loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return out.loss.item()
+
+
+def _monitor(model):
+    if not hasattr(model, "_monitor"):
+        mon = {"mlp_act": [], "entropy_sum": 0.0, "steps": 0}
+
+        def record(module, args, output):
+            mon["mlp_act"].append(output.abs().mean())
+
+        for block in model.transformer.h:
+            block.mlp.act.register_forward_hook(record)
+        model._monitor = mon
+    return model._monitor
 '''
 
 SOLUTION = '''\
@@ -30,21 +52,42 @@ import torch
 
 
 def train_step(model, optimizer, batch, device):
-    """泄漏在 debug_history：每步的 logits（batch × 序列 × 词表 个 float）都被列表留住，永远不释放。
-    只记一个 Python 数（这里记这一步预测对的 token 比例），张量本身随这一步结束而释放。"""
+    """两个监控量都只留 Python 数：张量一旦连着计算图被长期引用，图上为反向保存的张量就跟着活下来，
+    而这两张图不属于损失，backward() 永远不会走到、释放它们。"""
+    mon = _monitor(model)
     out = model(input_ids=batch, labels=batch)
-    if not hasattr(model, "debug_history"):
-        model.debug_history = []
     with torch.no_grad():
-        hit = (out.logits[:, :-1].argmax(-1) == batch[:, 1:]).float().mean().item()
-    model.debug_history.append(hit)               # 一个 float，不占显存
+        logp = torch.log_softmax(out.logits, dim=-1)
+        entropy = -(logp.exp() * logp).sum(-1).mean()
+    mon["entropy_sum"] += entropy.item()
+    mon["steps"] += 1
+    del logp, entropy
     out.loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return out.loss.item()
+
+
+def _monitor(model):
+    if not hasattr(model, "_monitor"):
+        mon = {"mlp_act": [], "entropy_sum": 0.0, "steps": 0}
+
+        def record(module, args, output):
+            mon["mlp_act"].append(output.detach().abs().mean().item())
+
+        for block in model.transformer.h:
+            block.mlp.act.register_forward_hook(record)
+        model._monitor = mon
+    return model._monitor
 '''
 
-TARGET_NOTE = "Measured on the sim at ci scale: see `vramlab grade-bench --starters`."
+TARGET_NOTE = ("Measured on the sim at ci scale (torch 2.13.0+cpu, 2026-12-02; /tmp script over the same model and "
+               "`python -m vramlab grade`): visible (2 layers, d 256, vocab 8192, batch 4 x 128, 5 steps, 192 MiB card): "
+               "the starter's allocated memory after each step grows by 36 MiB (entropy sum 32, hook 4) and it overflows "
+               "at step 2; the reference 0.49x (steady peak 153.1 MiB, 43.6 MiB after every step); the detach()/float() "
+               "alternative 0.49x; fixing the entropy sum only passes the visible case (peak 169.6 MiB at step 5); "
+               "fixing the hook only overflows at step 2. Hidden (vocab 512, batch 8, 108 MiB card): the reference "
+               "0.62x (peak 91.7 MiB), the entropy-only fix overflows at step 2 (hook leak 8 MiB/step). Target 0.8x.")
 
 SPEC = ExerciseSpec(
     id="ch21-leak",
@@ -52,25 +95,34 @@ SPEC = ExerciseSpec(
     title="OOM 排查：找出每一步都在涨的那块显存",
     task=(
         "`train_step(model, optimizer, batch, device)` 做一次参数更新并返回损失（Python `float`）。\n\n"
-        "起始代码的结果完全正确，但每调用一次，显存就多占一块，再也不释放：评分器在一张**虚拟显卡**上运行你的代码，"
-        "起始代码跑不完就会 OOM。请先**诊断**：在笔记本里连续调用几次，每步之后看 `device.allocated()` 怎样增长，"
-        "用 `device.top_allocations()` 看最大的几块显存是哪个算子、在哪个模块里分配的；再**修好**它。"
-        "调试记录可以保留，但只能留不占显存的东西（比如 Python 数）。损失和参数更新都要与起始代码一致。"
+        "起始代码的损失和参数更新都是对的，还顺带记录了几个写日志用的监控量。可是评分器在一张**虚拟显卡**上"
+        "连续调用它，跑不完就 OOM。请先**诊断**：找出是什么在涨、是谁还引用着它，要拿得出证据"
+        "（本章讲过的几种工具都可以用）；再**修好**它。监控量可以保留，也可以换一种记法；"
+        "损失和参数更新要与起始代码一致。"
     ),
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=5, warmup=1,
-             settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=160,
-                                          config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192})),
+             settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=192,
+                                          config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}),
+             hidden=(Variation(catches="a fix of the biggest leak only (the entropy sum, which dominates "
+                                       "top_allocations at vocab 8192): with a small vocabulary and more tokens the "
+                                       "hook's leak is the bigger one and overflows a card sized for the fixed step",
+                               batch=8, config={"vocab_size": 512}, settings={"learner_budget_mib": 108}),)),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=5, warmup=1,
               settings=train_step.Settings(learner_budget_mib=9216)),
     target_ratio=0.8,
     points=10,
     hints=(
-        "连续调用三次 `train_step`，每次之后打印 `device.allocated()`：稳定的训练每步结束时应该回到同一个数。",
-        "`device.top_allocations(at_peak=False)` 列出此刻还活着的最大几块显存，以及分配它们的算子和模块。",
-        "一个张量只要还被 Python 对象（列表、字典、模型属性）引用着，就不会释放；`.detach()` 只断开计算图，不释放显存。",
+        "连续调用几次 `train_step`，每次之后读一下已分配显存：稳定的训练每步结束时应该回到同一个数。"
+        "它在涨吗？涨的那些张量是哪一类、在哪个模块里、由哪个算子分配的？",
+        "一步结束以后，前向的激活值本该全部释放。还活着的那些，是谁引用着它们？"
+        "一个连着计算图、却不属于损失的张量被长期留住时，图上为反向保存的张量会怎样？",
+        "泄漏不止一处：修好最大的那一处之后，再量一次每步结束时的已分配显存，直到它不再增长。",
+        "监控量只留 Python 数：在 `torch.no_grad()` 下计算，或者先 `.detach()`，再用 `.item()` 取出数值；"
+        "钩子里也一样。",
     ),
+    giveaways=(r"no_grad", r"\.detach\(\)", r"entropy\.item\(\)", r"mean\(\)\.item\(\)"),
 )

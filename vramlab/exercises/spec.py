@@ -33,7 +33,11 @@ _KNOB_ZH = {"n_layer": "层数", "num_hidden_layers": "层数", "n_embd": "宽�
             "n_head": "头数", "vocab_size": "词表", "lengths": "请求长度", "budget_mib": "显存预算",
             "d_model": "宽度", "heads": "头数", "kv_heads": "KV 头数", "head_dim": "每头维度", "hidden": "宽度",
             "layers": "层数", "experts": "专家数", "top_k": "top-k", "cases": "模型和优化器",
-            "n_samples": "样本数", "d_in": "输入维度", "d_out": "输出维度", "n_batches": "批数"}
+            "n_samples": "样本数", "d_in": "输入维度", "d_out": "输出维度", "n_batches": "批数",
+            "visible": "模型和优化器", "MODEL_NAME": "模型", "softcap": "分数软上限",
+            "vocab": "词表", "intermediate_size": "MLP 宽度", "num_attention_heads": "头数",
+            "num_key_value_heads": "KV 头数", "learner_budget_mib": "显卡大小",
+            "lr": "学习率", "teacher_config": "教师模型"}
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def criteria_zh(spec: ExerciseSpec) -> list[str]:
     lines = get_kind(spec.kind).criteria_zh(spec)
     if spec.ci.hidden:
         lines.append(f"- 你看到的配置通过后，评分器还会在 {len(spec.ci.hidden)} 个**隐藏配置**上再评一次"
-                     "（换层数、宽度、序列长度、批大小或随机种子之类，具体数值不公开），每个都要达到同样的标准："
+                     "（换模型的形状、数据的大小、显卡大小或随机种子之类，具体数值不公开），每个都要达到同样的标准："
                      "只对你看到的形状或数字成立的写法拿不到分。")
     return lines
 
@@ -148,19 +152,33 @@ FINETUNE_CI_CONFIG = {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_
 
 
 def finetune_exercise(*, id: str, chapter: int, title: str, task: str, solution: str, method: str,
-                      same_start: bool, target_ratio: float, hints: tuple[str, ...],
-                      max_trainable_share: float = 0.1) -> ExerciseSpec:
+                      same_start: bool, target_ratio: float, hints: tuple[str, ...], giveaways: tuple[str, ...],
+                      catches: str, cover: str = "", max_trainable_share: float = 0.1) -> ExerciseSpec:
     """A peft exercise (ch24-27): `prepare_model(model)` against full fine-tuning, on llama-tiny
-    enlarged at ci scale and Llama-3.2-1B's shape on a GPU. `task` is the method-specific part; the
-    contract (what the grader does with the returned model) is the same for all and stated here."""
-    knobs = {"method": method, "same_start": same_start, "max_trainable_share": max_trainable_share}
+    enlarged at ci scale and Llama-3.2-1B's shape on a GPU, graded also on a hidden shape
+    (`catches`: what a solution fitted to the visible model gets wrong there). `task` is the
+    method-specific part; the contract (what the grader does with the returned model, how the share
+    and the peak are measured) is the same for all and stated here, naming no peft API."""
+    knobs = {"method": method, "same_start": same_start, "max_trainable_share": max_trainable_share, "cover": cover}
     contract = ("`prepare_model(model)` 拿到评分器建好的 Llama 模型（随机权重，已经在设备上，所有参数 "
                 "`requires_grad=True`），返回要训练的模型。评分器随后**只为 `requires_grad=True` 的参数**创建 AdamW，"
-                "在固定的数据上训练几步，测稳态峰值。起始代码原样返回模型，也就是全量微调。\n\n")
+                "在固定的数据上训练几步，测稳态峰值。起始代码原样返回模型，也就是全量微调。\n\n"
+                "怎么量：**可训练参数占比** = 返回的模型里 `requires_grad=True` 的参数个数 ÷ 返回的模型的全部参数个数"
+                "（新加的参数也算在内）；**峰值显存**是预热一步之后训练时的最大已分配显存，与同一次评分里起始代码的峰值相比。"
+                "隐藏配置里模型的层数、宽度和头数都会变，所以层数、维度、模块的位置都要从拿到的模型本身读出来，不能照着这里的形状写死。\n\n")
+    # The hidden shape: one layer more (a list of the visible layers' indices misses it), narrower (a
+    # hard-coded hidden size breaks), 7 query heads on 1 KV head; fewer parameters than the visible
+    # model and a shorter sequence, so it costs less to grade than the visible case.
+    hidden_config = {"num_hidden_layers": 5, "hidden_size": 224, "intermediate_size": 600,
+                     "num_attention_heads": 7, "num_key_value_heads": 1, "head_dim": 32}
+    hidden = (Variation(catches=catches, seq=48, config=hidden_config),)
     return ExerciseSpec(
         id=id, chapter=chapter, title=title, task=contract + task, function="prepare_model",
         signature="def prepare_model(model):", starter=FULL_FINETUNE, solution=solution,
-        ci=Scale(model="llama-tiny", batch=2, seq=64, steps=3, warmup=1,
+        ci=Scale(model="llama-tiny", batch=2, seq=64, steps=3, warmup=1, hidden=hidden,
                  settings=finetune.Settings(**knobs, cublas_workspace=False, config=FINETUNE_CI_CONFIG)),
-        gpu=Scale(model="llama-1b", batch=4, seq=512, steps=4, warmup=1, settings=finetune.Settings(**knobs)),
-        target_ratio=target_ratio, points=10, kind="finetune", hints=hints)
+        # seq 320, not 512: at 4 x 512 the activations put every reference above its target (sim,
+        # FakeTensorMode: LoRA all-linear 0.58, DoRA q/v/down 0.61); at 4 x 320 they are 0.44 and 0.46,
+        # prompt/prefix tuning 0.40, and DoRA on all-linear still misses 0.53 (0.59)
+        gpu=Scale(model="llama-1b", batch=4, seq=320, steps=4, warmup=1, settings=finetune.Settings(**knobs)),
+        target_ratio=target_ratio, points=10, kind="finetune", hints=hints, giveaways=giveaways)

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import secrets
 import signal
 import threading
@@ -141,7 +142,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
             result.update(passed=False, score=0, category=case["category"], hidden_failed=i,
                           violations=case.get("violations", []),
                           reason=f"你看到的配置通过了，但评分时另加的隐藏配置 {i}/{len(hidden)}（不同的"
-                                 f"{variation.changes_zh()}）没有通过：{case['reason']}。"
+                                 f"{variation.changes_zh()}）没有通过：{_hidden_reason(case)}。"
                                  "你的写法是不是只对题目给出的形状或数字成立？")
             break
         result["hidden_passed"] = i
@@ -149,6 +150,17 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         result["baseline_cached"] = result.get("baseline_cached") and case.get("baseline_cached")
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     return result
+
+
+def _hidden_reason(case: dict) -> str:
+    """A hidden case's verdict without its numbers where they could be shapes: an exception's or a
+    wrong result's text ("Expected size 256 but got 224") would publish the hidden configuration.
+    Memory verdicts (ratios, MiB) keep theirs."""
+    reason = case["reason"].rstrip("。？?")
+    if case["category"] in ("exception", "incorrect", "crashed", "oom", "invalid_submission"):
+        reason = re.sub(r"\d+(\.\d+)?\s*[KMG]i?B\b", "…", reason)        # an OOM's card size and request
+        reason = re.sub(r"\d{2,}", "N", reason)
+    return reason
 
 
 def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, timeout: float, memory: int,

@@ -1,6 +1,8 @@
 """Kind "call": one call of a function on inputs the harness prepared (CALL_CASES, `settings.case`).
 The same outputs as the starter (every output tensor, every rank, within rtol) and a memory metric
-(the peak, or reserved minus allocated) at most target_ratio x the starter's.
+(the peak, or reserved minus allocated) at most target_ratio x the starter's. Case "moe" also counts
+the matmul FLOPs of the call (torch.utils.flop_counter): a top-k MoE must not run every expert on
+every token, whatever its peak (an all-experts loop, or one over token chunks, is small too).
 """
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ import dataclasses
 import math
 
 from ...units import fmt_bytes
-from .common import (INT, METRIC_ZH, NUM, CommonSettings, WrongAnswer, fail, host_randn, list_of, malformed,
-                     measured, memory_lines, nbytes, observed_unless_host, optional, passed, ranks_lines, rel,
-                     settings_class, with_host)
+from .common import (INT, METRIC_ZH, NUM, BaselineBroken, CommonSettings, WrongAnswer, fail, host_randn, list_of,
+                     malformed, measured, memory_lines, nbytes, observed_unless_host, optional, passed, ranks_lines,
+                     rel, settings_class, with_host)
 
 
 @settings_class
@@ -31,6 +33,7 @@ class Settings(CommonSettings):
     top_k: int | None = None
     d_in: int | None = None
     d_out: int | None = None
+    softcap: float | None = None       # attention: scores -> softcap * tanh(scores / softcap) (Gemma 2)
 
     def __post_init__(self):
         super().__post_init__()
@@ -101,10 +104,11 @@ def case_eval_loop(h, s: Settings):
 
 
 def case_attention(h, s: Settings):
-    """ch14: `attention(q, k, v)`, causal; the harness backpropagates a fixed random gradient."""
+    """ch14: `attention(q, k, v, softcap)`, causal, scores soft-capped before the softmax (no fused
+    SDPA kernel computes that); the harness backpropagates a fixed random gradient."""
     b, seq = int(h.job["batch"]), int(h.job["seq"])
     q, k, v = (h.dev.to_device(host_randn(h, b, s.heads, seq, s.head_dim)).requires_grad_() for _ in range(3))
-    return backprop_case(h, lambda fn: fn(q, k, v), (b, s.heads, seq, s.head_dim), "attention", (q, k, v))
+    return backprop_case(h, lambda fn: fn(q, k, v, s.softcap), (b, s.heads, seq, s.head_dim), "attention", (q, k, v))
 
 
 def case_embedding(h, s: Settings):
@@ -213,29 +217,35 @@ def case_int8_linear(h, s: Settings):
 
 
 def case_moe(h, s: Settings):
-    """ch17: `moe_forward(x, router_weight, w_in, w_out, top_k)`: a top-k mixture of GELU experts
-    on [tokens, d], forward only (inference)."""
-    tokens, d, e = int(h.job["batch"]) * int(h.job["seq"]), s.d_model, s.experts
+    """ch17: `moe_forward(x, router_weight, w_gate, w_up, w_down, top_k)`: a top-k mixture of SwiGLU
+    experts (Mixtral) on [tokens, d], forward only (inference); also the call's matmul FLOPs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens, d, e, f = int(h.job["batch"]) * int(h.job["seq"]), s.d_model, s.experts, s.hidden
     x = h.dev.to_device(host_randn(h, tokens, d))
     router = h.dev.to_device(host_randn(h, e, d, scale=0.5))
-    w_in = h.dev.to_device(host_randn(h, e, 4 * d, d, scale=0.05))
-    w_out = h.dev.to_device(host_randn(h, e, d, 4 * d, scale=0.05))
+    w_gate, w_up = (h.dev.to_device(host_randn(h, e, f, d, scale=0.05)) for _ in range(2))
+    w_down = h.dev.to_device(host_randn(h, e, d, f, scale=0.05))
 
     def run(fn):
-        y, peak, reserved = measured(h, lambda: fn(x, router, w_in, w_out, s.top_k))
+        def counted():
+            with FlopCounterMode(display=False) as counter:
+                out = fn(x, router, w_gate, w_up, w_down, s.top_k)
+            return out, counter.get_total_flops()
+        (y, flops), peak, reserved = measured(h, counted)
         on_device(h, y, (tokens, d), "moe_forward")
-        return {"outputs": [h.fingerprint([y])], "peak_bytes": peak, "metric_bytes": peak,
-                "floor_bytes": nbytes(x, router, w_in, w_out, y)}
+        return {"outputs": [h.fingerprint([y])], "peak_bytes": peak, "metric_bytes": peak, "flops": int(flops),
+                "floor_bytes": nbytes(x, router, w_gate, w_up, w_down, y)}
     return run
 
 
 CALL_CASES = {"tp_mlp": case_tp_mlp, "eval_loop": case_eval_loop, "attention": case_attention,
               "embedding": case_embedding, "fragmentation": case_fragmentation, "gqa_attention": case_gqa_attention,
               "rms_norm": case_rms_norm, "moe": case_moe, "int8_linear": case_int8_linear}
-CASE_KNOBS = {"tp_mlp": ("d_model",), "eval_loop": ("n_batches",), "attention": ("heads", "head_dim"),
+CASE_KNOBS = {"tp_mlp": ("d_model",), "eval_loop": ("n_batches",), "attention": ("heads", "head_dim", "softcap"),
               "embedding": ("vocab", "d_model"), "fragmentation": ("d_model", "lengths"),
               "gqa_attention": ("heads", "kv_heads", "head_dim", "dtype"),
-              "rms_norm": ("hidden", "layers", "eps", "dtype"), "moe": ("d_model", "experts", "top_k"),
+              "rms_norm": ("hidden", "layers", "eps", "dtype"), "moe": ("d_model", "hidden", "experts", "top_k"),
               "int8_linear": ("d_in", "d_out")}
 ALL_KNOBS = {k for knobs in CASE_KNOBS.values() for k in knobs}
 
@@ -246,7 +256,16 @@ def scenario(h):
 
 
 PAYLOAD = dict(peak_bytes=INT, metric_bytes=INT, outputs=list_of(list_of(NUM)),
-               reserved_peak_bytes=optional(INT), rank_peak_bytes=optional(list_of(INT)))
+               reserved_peak_bytes=optional(INT), rank_peak_bytes=optional(list_of(INT)), flops=optional(INT))
+# case moe: the experts' work may be at most this x top_k/experts of the starter's (all experts on all
+# tokens): room for the router and for padding each expert's batch to a capacity; E/k x does not fit
+MOE_FLOP_SLACK = 1.5
+# what to check first when the result differs, per case (the starter's own maths, not the way to save)
+INCORRECT_NOTE_ZH = {
+    "attention": "先核对分数的缩放、软上限（softcap · tanh(分数 / softcap)）和因果掩码是否都和起始代码一样",
+    "gqa_attention": "先核对每个查询头用的是不是它所在组的键值头，以及因果掩码",
+    "moe": "先核对每个 token 选的专家、门控权重（只在选中的 top-k 个得分上做 softmax）和专家的 SwiGLU 计算",
+}
 
 
 def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
@@ -263,8 +282,11 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
     result["update_rel_err"] = err
     result["correct"] = bool(math.isfinite(err) and err <= spec.rtol)
     what = METRIC_ZH.get(spec.metric, "峰值")
+    case = getattr(getattr(spec, result.get("scale") or "ci").settings, "case", None)
     if not result["correct"]:
-        return fail(result, "incorrect", f"结果与起始代码不同（相对误差 {err:.3g}，允许 {spec.rtol:g}）")
+        note = INCORRECT_NOTE_ZH.get(case)
+        return fail(result, "incorrect", f"结果与起始代码不同（相对误差 {err:.3g}，允许 {spec.rtol:g}）"
+                                         + (f"：{note}" if note else ""))
     if sp["peak_bytes"] < int(bp.get("floor_bytes", 0)):
         return fail(result, "tamper", f"测得的峰值 {fmt_bytes(sp['peak_bytes'])} 低于输入和输出本身的大小 "
                                       f"{fmt_bytes(int(bp['floor_bytes']))}：显存计量被绕过了")
@@ -274,11 +296,36 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
     if base_metric and metric > spec.target_ratio * base_metric:
         return fail(result, "too_much_memory", f"{what} {fmt_bytes(metric)} 是起始代码（{fmt_bytes(base_metric)}）的 "
                                                f"{metric / base_metric:.2f} 倍，目标是不超过 {spec.target_ratio:.2f} 倍")
+    if case == "moe":
+        if sp.get("flops") is None:
+            return fail(result, "tamper", "结果文件里没有矩阵乘的计算量：结果被改写了")
+        why = _moe_flops(spec, result, bp, sp)
+        if why:
+            return fail(result, "technique", why)
     ranks = sp.get("rank_peak_bytes")
     per_rank = f"（各 rank 峰值 {'、'.join(fmt_bytes(x) for x in ranks)}）" if ranks else ""
-    return passed(spec, result, f"{what}是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}）{per_rank}，"
-                                "结果与起始代码一致")
+    work = f"，矩阵乘计算量是起始代码的 {result['flops_ratio']:.2f} 倍" if "flops_ratio" in result else ""
+    return passed(spec, result, f"{what}是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}）"
+                                f"{per_rank}{work}，结果与起始代码一致")
+
+
+def _moe_flops(spec, result: dict, bp: dict, sp: dict) -> str | None:
+    """Why the experts did too much work (every expert on every token), or None."""
+    settings = getattr(spec, result.get("scale") or "ci").settings
+    if not isinstance(bp.get("flops"), int) or bp["flops"] <= 0:
+        raise BaselineBroken("case moe: the starter's run reported no FLOPs")
+    share = min(1.0, MOE_FLOP_SLACK * settings.top_k / settings.experts)
+    result["flops_ratio"] = round(sp["flops"] / bp["flops"], 4)
+    if sp["flops"] <= share * bp["flops"]:
+        return None
+    return (f"矩阵乘的计算量是起始代码（每个专家处理全部 token）的 {sp['flops'] / bp['flops']:.2f} 倍："
+            f"每个 token 只选了 {settings.top_k} 个专家，专家部分的计算量应当在起始代码的 "
+            f"{settings.top_k}/{settings.experts} 左右，允许到 {share:.2f} 倍。显存已经达标，但专家们仍在处理没有选中它们的 token")
 
 
 def criteria_zh(spec) -> list[str]:
-    return [*ranks_lines(spec), f"- **正确**：返回的结果与起始代码一致（相对误差 ≤ {spec.rtol:g}）；", *memory_lines(spec)]
+    lines = [*ranks_lines(spec), f"- **正确**：返回的结果与起始代码一致（相对误差 ≤ {spec.rtol:g}）；", *memory_lines(spec)]
+    if getattr(spec.ci.settings, "case", None) == "moe":
+        lines.append(f"- **计算量**：矩阵乘的浮点运算次数（`torch.utils.flop_counter` 计数）不超过起始代码的 "
+                     f"{MOE_FLOP_SLACK:g} × top_k / 专家数 倍（封顶 1 倍）；起始代码让每个专家处理全部 token。")
+    return lines

@@ -322,3 +322,58 @@ def memory_lines(spec) -> list[str]:
     if spec.max_time_ratio is not None:
         lines.append(f"- **不太慢**：每步时间 ≤ 起始代码的 {spec.max_time_ratio:g} 倍。")
     return lines
+
+
+def host_meter(h):
+    """A dispatch mode that counts host-memory storages created while it is active: on the sim those
+    made under `device.host()` (which the simulated device does not charge), on a GPU CPU storages.
+    `.peak`: the most bytes alive at once (ch03: host memory held); `.created`: all bytes ever
+    created (ch28: what was copied to the host). Like the device meter, feedback inside the
+    learner's interpreter, not a boundary."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    torch = h.torch
+    if h.sim:
+        tracker = h.dev.tracker
+
+        def is_host(t) -> bool:     # created under device.host(): the simulated device did not charge it
+            return bool(tracker.host) and not tracker.paused and t.untyped_storage()._cdata not in tracker.live
+    else:
+        def is_host(t) -> bool:
+            return t.device.type == "cpu"
+
+    class HostMeter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live: dict[int, tuple[int, object]] = {}
+            self.current = self.peak = self.created = 0
+
+        def _release(self, key):
+            rec = self.live.pop(key, None)
+            if rec is not None:
+                self.current -= rec[0]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = None
+            for t in tree_leaves(out):
+                if not isinstance(t, torch.Tensor) or t.device.type == "meta" or not is_host(t):
+                    continue
+                st = t.untyped_storage()
+                key = st._cdata
+                if key in self.live:
+                    continue
+                if inputs is None:        # a view or in-place result shares an input's storage
+                    inputs = {a.untyped_storage()._cdata for a in tree_leaves((args, kwargs))
+                              if isinstance(a, torch.Tensor) and a.device.type != "meta"}
+                if key in inputs or not st.nbytes():
+                    continue
+                self.live[key] = (st.nbytes(), weakref.ref(st, lambda _r, key=key: self._release(key)))
+                self.current += st.nbytes()
+                self.created += st.nbytes()
+                self.peak = max(self.peak, self.current)
+            return out
+    return HostMeter()

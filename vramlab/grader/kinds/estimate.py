@@ -90,12 +90,13 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
     visible = i < scale_settings(spec, result).visible
     truth = f"，实测 {result['baseline_peak_bytes']:,} 字节" if visible else "（隐藏用例，不公布实测值）"
     err = f"{result['ratio']:.1%}" if result["ratio"] is not None else "无穷大（返回值不是有限的数）"
-    n_text = f"{n:,}" if isinstance(n, int) else str(n)
-    return fail(result, "incorrect", f"n_params={n_text}、optimizer={opt!r}、precision={prec!r}：你的估算 "
-                                     f"{result['peak_bytes'] or 0:,} 字节{truth}，相对误差 {err}，允许 {spec.target_ratio:.0%}")
+    # a hidden case names neither its parameter count nor the truth: nothing to copy into a lookup table
+    case = (f"n_params={n:,}、" if visible and isinstance(n, int) else "") + f"optimizer={opt!r}、precision={prec!r}"
+    answer = f"你的估算 {result['peak_bytes'] or 0:,} 字节" if visible else "你的估算"
+    return fail(result, "incorrect", f"{case}：{answer}{truth}，相对误差 {err}，允许 {spec.target_ratio:.0%}")
 
 
 def criteria_zh(spec) -> list[str]:
     pct = f"{spec.target_ratio * 100:g}%"
-    return [f"- **估得准**：每个用例（公开的和隐藏的）与模拟设备实测的字节数相差不超过 **{pct}**；",
+    return [f"- **估得准**：每个用例的估算与模拟设备实测的字节数相差不超过 **{pct}**；",
             "- **用公式算**：函数拿不到设备，也不能创建张量去测量。"]

@@ -107,9 +107,13 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
         return passed(spec, result, f"{len(answers)} 个隐藏函数的峰值都测准了（最大相对误差 {result['ratio']:.2%}）")
     left = ("。你的函数在调用之间留下了张量，之后的峰值都变高了"
             if any(a["truth"] > 1.01 * b["truth"] for a, b in zip(answers, trusted)) else "")
-    return fail(result, "incorrect", f"隐藏函数 {trusted[i]['case']}：你返回 {fmt_bytes(result['peak_bytes'] or 0)}，"
-                                     f"它运行期间的峰值是 {fmt_bytes(result['baseline_peak_bytes'] or 0)}，"
-                                     f"允许误差 {spec.target_ratio:.0%}{left}。先 reset_peak()，再调用 fn()，最后读 max_allocated()")
+    got, truth = result["peak_bytes"], result["baseline_peak_bytes"] or 0
+    # which way it is off says what was missed; the feedback points at the cause, not at the API
+    why = ("你的读数偏高：是不是读到了 fn 运行之前留下的更早、更高的峰值？" if got is not None and got > truth else
+           "你的读数偏低：fn 运行中途出现、返回之前又释放的张量算进去了吗？调用之前已经占用的显存（参数、优化器状态）呢？")
+    return fail(result, "incorrect", f"隐藏函数 {trusted[i]['case']}：你返回 {fmt_bytes(got or 0)}，"
+                                     f"它运行期间的峰值是 {fmt_bytes(truth)}，"
+                                     f"允许误差 {spec.target_ratio:.0%}{left}。{why}")
 
 
 def criteria_zh(spec) -> list[str]:

@@ -130,7 +130,7 @@ PAYLOAD = record(steps=list_of(STEP, 10_000), blocks=INT, autocast_dtypes=DTYPES
 def _accumulation(bp: dict, mine: dict) -> str | None:
     forwards = [s["forwards"] for s in mine["steps"]]
     if any(n < 2 for n in forwards):
-        return ("本题要求梯度累积：每次 train_step 里要把 batch 切成至少 2 个 micro-batch，分别调用模型前向"
+        return ("本题要求梯度累积：每次 train_step 里要把 batch 分成至少 2 个微批次，分别调用模型前向"
                 f"（测到每步的前向次数 {forwards}）")
     return None
 
@@ -139,8 +139,9 @@ def _autocast(bp: dict, mine: dict) -> str | None:
     problems = []
     on = [s["autocast"] for s in mine["steps"]]
     if any(n < 1 for n in on):
-        problems.append("模型前向要在 torch.autocast(device.type, dtype=torch.bfloat16) 里运行"
-                        f"（测到每步在 autocast 里的前向次数 {on}；注意用 device.type，模拟设备上它是 \"cpu\"）")
+        problems.append("模型的前向没有在自动混合精度（autocast）打开的状态下运行"
+                        f"（测到每步在混合精度下的前向次数 {on}）。低精度只管它作用范围里的前向；"
+                        "设备类型要取自 device.type，模拟设备上它是 \"cpu\"")
     d = mine["dtypes"]
     found = {"参数": set(d["parameters"]) | set(mine["final_parameter_dtypes"]), "梯度": set(d["gradients"]),
              "优化器状态": set(d["optimizer_state"])}
@@ -148,7 +149,7 @@ def _autocast(bp: dict, mine: dict) -> str | None:
     if low:
         seen = "；".join(f"{what}：{'、'.join(v)}" for what, v in low.items())
         problems.append(f"参数、梯度和优化器状态要保持 float32（主权重），测到了非 float32 的张量（{seen}）。"
-                        "不要 model.to(torch.bfloat16) 或 .half()：那是纯低精度训练，更新会丢精度")
+                        "把模型整体转成 16 位是纯低精度训练，更新会丢精度")
     if problems:
         return "本题要求混合精度：" + "；另外，".join(problems)
     return None
@@ -158,8 +159,8 @@ def _checkpoint(bp: dict, mine: dict) -> str | None:
     recomputed = [s["recomputed"] for s in mine["steps"]]
     if any(n < 1 for n in recomputed):
         return ("本题要求激活检查点：反向时要重新计算 Transformer block 的前向，但在反向过程中没有检测到 block 内的模块"
-                f"被重新执行（每步 {recomputed} 次）。用 model.gradient_checkpointing_enable(...) 或 "
-                "torch.utils.checkpoint.checkpoint 包住 block；另外多调一次前向、或梯度累积都不是重算")
+                f"被重新执行（每步 {recomputed} 次）。要让 block 的前向在反向时重跑，而不是为反向保存中间结果；"
+                "多调一次前向、或梯度累积都不是重算")
     base = sum(s["block_saved_bytes"] for s in bp["steps"])
     saved = sum(s["block_saved_bytes"] for s in mine["steps"])
     if base and saved > SAVED_SHARE_MAX * base:
@@ -172,8 +173,8 @@ def _checkpoint(bp: dict, mine: dict) -> str | None:
 CHECKS = {"accumulation": _accumulation, "autocast": _autocast, "checkpoint": _checkpoint}
 
 CRITERIA_ZH = {
-    "accumulation": "- **方法对**：每一步把 batch 切成至少 2 个 micro-batch，分别前向、反向（评分器数每步的模型前向次数）；",
-    "autocast": ("- **方法对**：前向在 `torch.autocast(device.type, ...)` 里运行（bf16，或 fp16 配 `GradScaler`），"
+    "accumulation": "- **方法对**：每一步把 batch 分成至少 2 个微批次，分别前向、反向（评分器数每步的模型前向次数）；",
+    "autocast": ("- **方法对**：模型的前向在自动混合精度打开的状态下运行（评分器在每次模型前向时检查），"
                  "参数、梯度和优化器状态保持 float32（评分器在每次 `optimizer.step()` 时检查 dtype）；"),
     "checkpoint": ("- **方法对**：反向时重新计算 Transformer block 的前向，block 的前向不为反向保存激活值"
                    f"（评分器观察反向中的重算，并要求 block 内保存的字节不超过起始代码的 {SAVED_SHARE_MAX:.0%}）；"),

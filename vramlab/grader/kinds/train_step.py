@@ -6,8 +6,10 @@ the technique observed while the learner trained (vramlab.grader.kinds.technique
 """
 from __future__ import annotations
 
+import contextlib
+
 from . import technique, training
-from .common import fail, malformed, observed_unless_host, settings_class, with_host
+from .common import fail, host_meter, malformed, observed_unless_host, settings_class, with_host
 
 
 @settings_class
@@ -38,23 +40,42 @@ def scenario(h):
         h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
     probe = technique.Probe(h, model)
     warmup = int(job["warmup"])
+    meter = host_meter(h) if settings.max_host_copy_ratio else None     # ch28: bytes copied to host per step
 
     def run(fn):
-        losses, times, first_peak = [], [], 0
+        losses, times, first_peak, copied = [], [], 0, []
         h.reset_peak()
         for i, batch in enumerate(batches):
             if i == warmup:
                 h.reset_peak()
+            before_step = meter.created if meter else 0
             try:
-                with probe.step():
+                with probe.step(), (meter or contextlib.nullcontext()):
                     losses.append(h.training_call(lambda: float(fn(model, optimizer, batch, h.dev)), f"第 {i + 1} 步"))
             except h.torch.OutOfMemoryError as e:      # say which step: a leak overflows late, a big step at once
                 raise h.torch.OutOfMemoryError(f"第 {i + 1} 步显存溢出（前面 {i} 步都放得下）。{e}") from None
             times.append(h.seconds)
+            if settings.allow_host and _state_off_device(h, optimizer):
+                h.violate("tamper", "评分器的优化器把设备上参数的状态建在了主存里（例如在 device.host() 里调用 "
+                                    "optimizer.step()）：在真卡上 host() 什么也不做，状态照样在显存里，这不是卸载。"
+                                    "卸载要让状态连同它更新的那份参数一起待在主存里")
+            copied.append(meter.created - before_step if meter else 0)
             first_peak = first_peak or h.peak()
         return dict(h.training_result(before), peak_bytes=h.peak(), first_step_peak_bytes=first_peak, losses=losses,
-                    step_seconds=min(times[warmup:] or times), technique=probe.report())
+                    step_seconds=min(times[warmup:] or times), technique=probe.report(),
+                    host_copy_bytes=max(copied[warmup:] or copied) if meter else None)
     return run
+
+
+def _state_off_device(h, optimizer) -> bool:
+    """The grader's optimizer holds host-memory state for a parameter on the device: the sim's
+    `host()` around `optimizer.step()` would file it off the meter, which a GPU cannot do."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if h.tracked(p) and any(isinstance(v, h.torch.Tensor) and v.numel() > 1 and not h.tracked(v)
+                                    for v in optimizer.state.get(p, {}).values()):
+                return True
+    return False
 
 
 def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
@@ -67,6 +88,10 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
 
 def criteria_zh(spec) -> list[str]:
     lines = training.criteria_zh(spec, extra=(technique.CRITERIA_ZH[spec.technique],) if spec.technique else ())
+    limit = spec.ci.settings.max_host_copy_ratio
+    if limit:
+        lines.append(f"- **卸载，但有取舍**：测量的那一步要把一些为反向保存的张量搬到主存，而搬到主存的数据 ≤ 起始代码峰值的 "
+                     f"**{limit * 100:g}%**（评分器在设备的 `host()` 里统计新建的主存张量）。")
     budget = spec.ci.settings.learner_budget_mib
     if budget:
         lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上运行（CI 规模），任何一步都不能 OOM；"

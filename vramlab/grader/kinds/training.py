@@ -15,11 +15,14 @@ from .common import (INT, NUM, CommonSettings, dict_of, fail, list_of, malformed
 @settings_class
 class TrainingSettings(CommonSettings):
     report_savings: bool = False       # the result lists bytes saved per memory category (ch30)
+    max_host_copy_ratio: float | None = None   # ch28: bytes copied to host memory per measured step, at
+                                               # least one and at most this x the starter's peak (a policy,
+                                               # not "offload everything")
 
 
 PAYLOAD = dict(peak_bytes=INT, losses=list_of(NUM), update=list_of(NUM), param_count=INT,
                step_seconds=optional(NUM), rank_peak_bytes=optional(list_of(INT)),
-               breakdown=optional(dict_of(INT)))
+               breakdown=optional(dict_of(INT)), host_copy_bytes=optional(INT))
 
 
 def judge(spec, result: dict, bp: dict, sp: dict, technique=None) -> dict:
@@ -55,7 +58,7 @@ def judge(spec, result: dict, bp: dict, sp: dict, technique=None) -> dict:
     if not ok_losses:
         return fail(result, "incorrect",
                     f"返回的损失与起始代码不同（起始代码 {['%.5f' % x for x in bl]}，你的 {['%.5f' % x for x in sl]}，"
-                    f"允许误差 rtol={spec.rtol:g}）。是不是损失没有按 micro-batch 缩放、返回了旧的/缓存的值，"
+                    f"允许误差 rtol={spec.rtol:g}）。是不是损失的加权或缩放不对、返回了旧的/缓存的值，"
                     f"或者跳过了某些计算？")
     if not ok_update:
         return fail(result, "incorrect",
@@ -71,10 +74,31 @@ def judge(spec, result: dict, bp: dict, sp: dict, technique=None) -> dict:
         return fail(result, "too_much_memory",
                     f"峰值 {fmt_bytes(peak)} 是起始代码（{fmt_bytes(base_peak)}）的 {peak / base_peak:.2f} 倍，"
                     f"目标是不超过 {spec.target_ratio:.2f} 倍")
+    why_not = _host_copy(scale_settings(spec, result), result, sp.get("host_copy_bytes"), base_peak)
+    if why_not:
+        return fail(result, "technique", why_not)
     if spec.max_time_ratio and result["time_ratio"] and result["time_ratio"] > spec.max_time_ratio:
         return fail(result, "slow", f"单步耗时是起始代码的 {result['time_ratio']:.2f} 倍，允许 {spec.max_time_ratio:.2f} 倍")
     return passed(spec, result, f"峰值是起始代码的 {result['ratio']:.2f} 倍（目标 ≤ {spec.target_ratio:.2f}），结果与起始代码一致"
                                 + savings_line(result))
+
+
+def _host_copy(settings, result: dict, copied, base_peak: int) -> str | None:
+    """ch28: offloading is required, and only what the policy needs: moving the parameters', the
+    output layer's and the loss's saved tensors too buys no peak and costs transfer time."""
+    limit = getattr(settings, "max_host_copy_ratio", None)
+    if not limit:
+        return None
+    if not isinstance(copied, int) or copied < 0:
+        return "结果里没有搬到主存的字节数：结果被改写了，或者没有经过评分器的设备"
+    result["host_copy_bytes"] = copied
+    result["host_copy_ratio"] = round(copied / base_peak, 4) if base_peak else None
+    if copied == 0:
+        return "测量的那一步没有任何张量搬到主存：本题要求把为反向保存的激活值卸载到主存（只用激活检查点不算）"
+    if base_peak and copied > limit * base_peak:
+        return (f"每步搬到主存 {fmt_bytes(copied)}，是起始代码峰值的 {copied / base_peak:.2f} 倍，允许 {limit:.2f} 倍："
+                "不是什么都值得搬。想一想哪些为反向保存的张量搬走之后峰值并不会降低")
+    return None
 
 
 def criteria_zh(spec, student: bool = False, extra: tuple[str, ...] = ()) -> list[str]:

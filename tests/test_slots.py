@@ -131,7 +131,8 @@ real_take = slots.take
 slots.take = lambda *a: taken.append(real_take(*a)) or taken[-1]
 spec = get_exercise("ch05-accumulation")
 r = grade_source(spec.id, spec.solution)
-print(json.dumps({"passed": r["passed"], "parked": [isinstance(s.proc, slots._Parked) for s in taken]}))
+slots_used = list({id(s): s for s in taken}.values())       # the hidden case takes the same slot again
+print(json.dumps({"passed": r["passed"], "parked": [isinstance(s.proc, slots._Parked) for s in slots_used]}))
 """
 
 

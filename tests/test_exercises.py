@@ -94,7 +94,7 @@ def test_notebook_extraction_keeps_function_and_imports_only():
     assert "check(" not in src and "print(" not in src and "%matplotlib" not in src
 
 
-@pytest.mark.parametrize("exercise_id", ["stage2-challenge", "stage3-challenge"])
+@pytest.mark.parametrize("exercise_id", ["stage1-challenge", "stage2-challenge", "stage3-challenge"])
 def test_stage_challenge_fits_its_card_and_the_starter_does_not(exercise_id):
     """A stage's challenge: the reference fits the virtual card (visible and hidden) with the margin;
     the starter overflows it, and the report says what each memory category saved."""

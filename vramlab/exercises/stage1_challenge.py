@@ -65,7 +65,10 @@ TARGET_NOTE = ("Measured on the sim at ci scale (python grade_source(spec.id, sr
                "view(4, 32, 128) fail the hidden case (exception). Target 0.35x: streaming alone can never reach it "
                "(one full step is ~55% of the starter) nor accumulation alone (the dataset is ~45%). The dataset's "
                "bytes fall in no category of the savings report (it lists activations and temporaries only). "
-               "Grading the reference took 39 s on the loaded 2-core machine (64 + 53 steps of 4 forwards).")
+               "Virtual card (settings.learner_budget_mib, the learner's run only) 6 MiB: each technique alone "
+               "overflows it at once (0.1 s), the reference fits it and a 5.4 MiB one, visible and hidden "
+               "(grade_source with the card replaced). Grading the reference: 12.6 s on a quiet "
+               "2-core machine (`vramlab grade-bench`, 64 + 53 steps of 4 forwards), the slowest exercise.")
 
 SPEC = ExerciseSpec(
     id="stage1-challenge",
@@ -75,7 +78,8 @@ SPEC = ExerciseSpec(
         "`train_epoch(model, optimizer, tokens, device, batch_size)` 在整个数据集上训练一遍：`tokens` 是放在**主存**里的 "
         "`[样本数, 序列长度]` 整数张量，按顺序每 `batch_size` 行做**一次**参数更新（最后一批可能不满），"
         "返回每次更新的损失（Python `float` 的列表，每个是那一批的平均损失）。\n\n"
-        "起始代码结果正确，但整个 epoch 的峰值显存远超目标。这次有两样东西同样大：一样随数据集的行数变大，"
+        "评分器让你的代码在一张**虚拟显卡**上跑完整个 epoch；起始代码结果正确，但在这张卡上放不下，峰值也远超目标。"
+        "这次有两样东西同样大：一样随数据集的行数变大，"
         "另一样随一次前向的行数变大，**只对付其中一样达不到目标**。请用基础篇（第 1～5 章）的技术让峰值降到起始代码的目标比例以下，"
         "每批仍只更新一次，损失和参数更新要与起始代码一致。\n\n"
         "评分报告会按显存类别列出你比起始代码省了多少。隐藏配置的批大小和样本数都不同（样本数不是批大小的整数倍），"
@@ -87,7 +91,7 @@ SPEC = ExerciseSpec(
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=128, seq=128, steps=1, warmup=0,
              settings=train_epoch.Settings(config=CI_CONFIG, n_samples=8192, cublas_workspace=False,
-                                           report_savings=True),
+                                           report_savings=True, learner_budget_mib=6),
              hidden=(Variation(catches="another batch size and a dataset that is not a multiple of it (the last batch "
                                        "is short): micro-batches cut with view(4, 32, 16), a loss divided by a fixed "
                                        "count or 64 batches written in break", batch=96, seed=1,

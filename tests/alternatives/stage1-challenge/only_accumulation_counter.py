@@ -1,4 +1,4 @@
-# expect: too_much_memory
+# expect: oom
 # 只用了一招：梯度累积，每个 batch 每 16 行一次前向、反向。激活值只剩一个 micro-batch 那么多，
 # 但整个数据集仍然先被搬到了显存里，一直占到 epoch 结束。
 import torch

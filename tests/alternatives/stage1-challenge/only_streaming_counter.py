@@ -1,4 +1,4 @@
-# expect: too_much_memory
+# expect: oom
 # 只用了一招：数据集留在主存，每次只搬当前 batch。数据集不再占显存，但每个 batch 仍整批一次前向，
 # 一步的激活值和 logits 就占了峰值的大半。
 import torch

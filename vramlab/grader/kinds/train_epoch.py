@@ -10,6 +10,8 @@ from .common import observed_unless_host, settings_class, with_host
 @settings_class
 class Settings(training.TrainingSettings):
     n_samples: int                 # rows of the host dataset; the job's batch is the batch size
+    learner_budget_mib: float | None = None   # the learner's epoch runs on a virtual card of this size
+                                              # (stage1-challenge); the trusted starter runs without it
 
 
 PERMISSIONS: frozenset[str] = frozenset()
@@ -30,6 +32,8 @@ def scenario(h):
     n, bs = settings.n_samples, int(job["batch"])
     data = h.tokens((n, int(job["seq"])), on_host=True)
     before = h.fingerprint(model.parameters())
+    if settings.learner_budget_mib and not job.get("reference"):
+        h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
 
     def run(fn):
         h.reset_peak()
@@ -45,4 +49,9 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
 
 
 def criteria_zh(spec) -> list[str]:
-    return training.criteria_zh(spec)
+    lines = training.criteria_zh(spec)
+    budget = spec.ci.settings.learner_budget_mib
+    if budget:
+        lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上跑完整个 epoch（CI 规模），中途不能 OOM；"
+                     "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。")
+    return lines

@@ -88,7 +88,8 @@ def _scale_zh(scale, kind: str = "train_step") -> str:
 
 
 # hidden test cases and the harness's plumbing stay out of the learner's notebook
-_GRADER_ONLY = {"cases", "visible", "case", "lengths", "allow_host", "cublas_workspace", "max_batch_allowed"}
+_GRADER_ONLY = {"cases", "visible", "case", "lengths", "allow_host", "cublas_workspace", "max_batch_allowed",
+                "observer_slack_mib"}
 
 
 def _how_graded(spec) -> list[str]:

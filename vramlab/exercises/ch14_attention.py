@@ -68,7 +68,11 @@ TARGET_NOTE = ("Measured on the sim at ci scale (batch 1, 4 heads, seq 1024, hea
                "0.191x; 64-query blocks with reentrant checkpoints 0.122x (0.107, 0.118); a hand-written autograd.Function "
                "recomputing 64-query blocks 0.141x (0.115, 0.135). Refused: 128-query blocks without checkpoints 0.391x, "
                "one checkpoint per (batch, head) 0.324x (too_much_memory); SDPA alone 0.059x but relative error 1.78 "
-               "(incorrect: it has no soft-capping). Target 0.25x.")
+               "(incorrect: it has no soft-capping). Target 0.25x. Out-of-process check: the reference's RSS beyond "
+               "its reported peak read 8.5-11.1 MiB above the starter's on a quiet machine, but 24.7-24.8 MiB in a "
+               "clean-clone CI run (query-block temporaries kept by the C allocator), over the 24 MiB allowance; "
+               "settings.observer_slack_mib=24 adds that much. Hiding the starter's S x S tensors to reach the "
+               "target still needs more than 48 MiB hidden at the visible scale.")
 
 SPEC = ExerciseSpec(
     id="ch14-attention",
@@ -89,7 +93,8 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=1, seq=1024, steps=1, warmup=0,
-             settings=call.Settings(case="attention", heads=4, head_dim=32, softcap=5.0, cublas_workspace=False),
+             settings=call.Settings(case="attention", heads=4, head_dim=32, softcap=5.0, cublas_workspace=False,
+                                   observer_slack_mib=24),
              hidden=(
                  Variation(catches="softcap or 1/sqrt(32) hard-coded; a view into blocks that assumes seq % block == 0; "
                                    "one checkpoint per (batch, head) instead of per query block (2 heads here)",

@@ -12,25 +12,9 @@ than fit in a CPU test. A 4-wide, 1-layer GPT-2 with an 8-token vocabulary keeps
 the simulated cuBLAS workspaces (64 MiB, independent of everything) are off, so 48 steps suffice.
 """
 from ..grader.kinds import train_epoch
-from .spec import ExerciseSpec, Scale, Variation
+from .spec import ExerciseSpec, Scale, Variation, plain_train_epoch
 
-STARTER = '''\
-import torch
-
-
-def train_epoch(model, optimizer, tokens, device, batch_size):
-    """草稿：把数据搬到设备上，再按顺序逐个 batch 训练。"""
-    tokens = device.to_device(tokens)
-    losses = []
-    for i in range(0, tokens.shape[0], batch_size):
-        batch = tokens[i:i + batch_size]
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
-'''
+STARTER = plain_train_epoch('草稿：把数据搬到设备上，再按顺序逐个 batch 训练。')
 
 SOLUTION = '''\
 import torch

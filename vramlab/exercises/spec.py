@@ -124,6 +124,28 @@ def train_step(model, optimizer, batch, device):
 '''
 
 
+def plain_train_epoch(doc: str) -> str:
+    """The plain epoch (the whole dataset moved to the device, then one step per batch): the starter
+    of the exercises about data on the host (ch04, stage1-challenge); `doc` says what is wrong with it."""
+    lines = "\n    ".join(doc.strip().splitlines())
+    return f'''import torch
+
+
+def train_epoch(model, optimizer, tokens, device, batch_size):
+    """{lines}"""
+    tokens = device.to_device(tokens)
+    losses = []
+    for i in range(0, tokens.shape[0], batch_size):
+        batch = tokens[i:i + batch_size]
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+'''
+
+
 def criteria_zh(spec: ExerciseSpec) -> list[str]:
     """The pass criteria in Chinese, one Markdown bullet each: the notebook intro and the chapter
     page both print these, so what learners read is what the grader checks."""

@@ -9,26 +9,10 @@ card (learner_budget_mib): the target ratio is what binds (see the report for th
 would add one).
 """
 from ..grader.kinds import train_epoch
-from .spec import ExerciseSpec, Scale, Variation
+from .spec import ExerciseSpec, Scale, Variation, plain_train_epoch
 
-STARTER = '''\
-import torch
-
-
-def train_epoch(model, optimizer, tokens, device, batch_size):
-    """最直接的写法：先把整个数据集搬到设备上，再按顺序每 batch_size 行做一次前向、反向和更新。
-    结果正确，但显存远超目标。"""
-    tokens = device.to_device(tokens)
-    losses = []
-    for i in range(0, tokens.shape[0], batch_size):
-        batch = tokens[i:i + batch_size]
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
-'''
+STARTER = plain_train_epoch('''最直接的写法：先把整个数据集搬到设备上，再按顺序每 batch_size 行做一次前向、反向和更新。
+结果正确，但显存远超目标。''')
 
 SOLUTION = '''\
 import torch

@@ -22,7 +22,7 @@ import time
 from . import baselines, observer, policy
 from .sandbox import ChildRun, run_job
 from .kinds import get_kind
-from .kinds.common import CATEGORY_ZH, BaselineBroken, fail as _fail  # noqa: F401 (CATEGORY_ZH: re-exported)
+from .kinds.common import CATEGORY_ZH, BaselineBroken, fail as _fail, scale_settings  # noqa: F401 (CATEGORY_ZH: re-exported)
 from ..units import GiB, fmt_bytes
 
 DEFAULT_TIMEOUT = {"ci": 120, "gpu": 600}
@@ -245,7 +245,7 @@ def _hidden_memory(result: dict, spec, kind, base: ChildRun, sub: ChildRun) -> d
     if found is None:
         return None
     excess, allowed = found
-    allowed += int(float(getattr(getattr(spec, result["scale"]).settings, "observer_slack_mib", 0) or 0) * 2 ** 20)
+    allowed += int(float(getattr(scale_settings(spec, result), "observer_slack_mib", 0)) * 2 ** 20)
     result["observed_excess_bytes"] = excess        # an honest run's noise: vramlab grade-bench prints it
     if excess <= allowed:
         return None

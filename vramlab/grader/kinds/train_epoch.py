@@ -32,8 +32,7 @@ def scenario(h):
     n, bs = settings.n_samples, int(job["batch"])
     data = h.tokens((n, int(job["seq"])), on_host=True)
     before = h.fingerprint(model.parameters())
-    if settings.learner_budget_mib and not job.get("reference"):
-        h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
+    training.use_learner_budget(h, settings)
 
     def run(fn):
         h.reset_peak()
@@ -49,9 +48,4 @@ def judge(spec, result: dict, bp: dict, sp: dict) -> dict:
 
 
 def criteria_zh(spec) -> list[str]:
-    lines = training.criteria_zh(spec)
-    budget = spec.ci.settings.learner_budget_mib
-    if budget:
-        lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上跑完整个 epoch（CI 规模），中途不能 OOM；"
-                     "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。")
-    return lines
+    return [*training.criteria_zh(spec), *training.budget_line_zh(spec, "整个 epoch 中途")]

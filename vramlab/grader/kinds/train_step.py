@@ -36,8 +36,7 @@ def scenario(h):
     rows = h.rank_rows(int(job["batch"]))        # data parallel: this rank's share of every global batch
     batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
     before = h.fingerprint(model.parameters())
-    if settings.learner_budget_mib and not job.get("reference"):
-        h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
+    training.use_learner_budget(h, settings)
     probe = technique.Probe(h, model)
     warmup = int(job["warmup"])
     meter = host_meter(h) if settings.max_host_copy_ratio else None     # ch28: bytes copied to host per step
@@ -92,8 +91,5 @@ def criteria_zh(spec) -> list[str]:
     if limit:
         lines.append(f"- **卸载，但有取舍**：测量的那一步要把一些为反向保存的张量搬到主存，而搬到主存的数据 ≤ 起始代码峰值的 "
                      f"**{limit * 100:g}%**（评分器在设备的 `host()` 里统计新建的主存张量）。")
-    budget = spec.ci.settings.learner_budget_mib
-    if budget:
-        lines.append(f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上运行（CI 规模），任何一步都不能 OOM；"
-                     "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。")
+    lines += training.budget_line_zh(spec, "任何一步")
     return lines

@@ -83,6 +83,22 @@ def judge(spec, result: dict, bp: dict, sp: dict, technique=None) -> dict:
                                 + savings_line(result))
 
 
+def use_learner_budget(h, settings) -> None:
+    """The learner's run is on a virtual card of `settings.learner_budget_mib` (ch21, ch30, the stage
+    challenges); the trusted starter runs without it (it need not fit)."""
+    if getattr(settings, "learner_budget_mib", None) and not h.job.get("reference"):
+        h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
+
+
+def budget_line_zh(spec, run: str) -> list[str]:
+    """The "fits the card" criterion, when the spec has a virtual card; `run`: what must not OOM."""
+    budget = getattr(spec.ci.settings, "learner_budget_mib", None)
+    if not budget:
+        return []
+    return [f"- **装得下**：你的代码在 {budget:g} MiB 的虚拟显卡上运行（CI 规模），{run}都不能 OOM；"
+            "起始代码在这张卡上放不下，它只在不限显存的情况下运行，作为对照。"]
+
+
 def _host_copy(settings, result: dict, copied, base_peak: int) -> str | None:
     """ch28: offloading is required, and only what the policy needs: moving the parameters', the
     output layer's and the loss's saved tensors too buys no peak and costs transfer time."""

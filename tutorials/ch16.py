@@ -153,6 +153,33 @@ for label, n_kv in VARIANTS:
 # %% [markdown]
 # 三列一致：预填充之后留在显存里的，正好是每层 `[B, n_kv, S, d]` 的 K 和 V。缓存的形状里是 KV 头数而不是查询头数：Hugging Face 的实现只存 `n_kv` 个头，计算注意力时再让多个查询头共享它们。
 #
+# 只量一个长度还看不出“随 $S$ 线性增长”。把预填充长度从 64 加到 512（`llama-tiny` 的 `max_position_embeddings`），每个长度、每种注意力各量一次，再和第 1 节的 `kv_bytes` 公式画在一起：
+
+# %%
+SWEEP = [64, 128, 256, 384, 512]
+sweep = {n_kv: [prefill_cache(n_kv, S=s)[0] for s in SWEEP] for _, n_kv in VARIANTS}
+print(pad("S", 6), *(pad(label.split("（")[0] + " MiB", 12) for label, _ in VARIANTS), "与公式的最大差（字节）")
+for i, s in enumerate(SWEEP):
+    worst = max(abs(sweep[n_kv][i] - kv_bytes(2, n_kv, 32, s, 8, 4)) for _, n_kv in VARIANTS)
+    print(pad(str(s), 6), *(pad(f"{mib(sweep[n_kv][i]):.2f}", 12) for _, n_kv in VARIANTS), worst)
+
+fig, ax = plt.subplots(figsize=(7.5, 4))
+for (label, n_kv), marker in zip(VARIANTS, "os^"):
+    (line,) = ax.plot(SWEEP, [mib(kv_bytes(2, n_kv, 32, s, 8, 4)) for s in SWEEP], "--", lw=1, alpha=0.7)
+    ax.plot(SWEEP, [mib(b) for b in sweep[n_kv]], marker, color=line.get_color(), label=f"{label} 实测")
+ax.plot([], [], "k--", lw=1, alpha=0.7, label="公式 2·L·n_kv·d·S·B·4 字节")
+ax.set_xticks(SWEEP)
+ax.set_xlabel("预填充长度 S (tokens)")
+ax.set_ylabel("预填充后仍占用的显存 (MiB)")
+ax.set_title("llama-tiny 的 KV 缓存：实测 vs 公式 (B = 8, FP32)")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 每个点都落在虚线上：缓存与 $S$ 成正比，也与 $n_{kv}$ 成正比，MHA 的 4 个 KV 头是 MQA 的 4 倍。
+#
 # 生成阶段每一步往缓存里追加一个位置。`DynamicCache` 用 `torch.cat` 追加，每一步都会短暂地同时持有旧缓存和新缓存；想让显存曲线平稳，可以用预先分配好最大长度的 `StaticCache`（`generate(..., cache_implementation="static")`）。两者缓存本身的大小都由上面的公式决定。
 
 # %% [markdown]

@@ -191,26 +191,88 @@ for label, r in rows.items():
 # - **激活值**：全量微调要为每个线性层保存输入，好算权重的梯度；基座冻结后，冻结线性层的输入就不必保存了，这是所有 PEFT 做法激活值都比全量微调少的原因。但梯度仍然要一路传回第一层（v1 的提示在输入层，v2 的前缀在每一层），所以整条反向链还在，激活值不会降到零。
 # - P-Tuning v1 的激活值比 v2 大：它的 16 个虚拟 token 是真正的输入 token，在每一层都有隐藏状态，都要过 FFN；peft 还会在 logits 前面多出 16 个位置。v2 的前缀只出现在注意力的键和值里。下一节把长度拉长，差别更明显。
 # - 损失都在下降（随机数据、学习率 $10^{-3}$、只有 2 步，这里只说明“在训练”，不比较效果）。
+#
+# 把峰值时刻的组成画成堆叠柱状图（扣掉了 64 MiB 的 cuBLAS 工作区，柱顶是峰值；真卡上没有分类，只画峰值）：
+
+# %%
+import matplotlib.pyplot as plt
+from vramlab.display import use_cjk_font
+
+ZH = use_cjk_font()          # 没有中文字体时只用英文标签，避免出现方框
+CATS = [("parameters", "参数", "parameters"), ("gradients", "梯度", "gradients"),
+        ("optimizer_state", "优化器状态", "optimizer state"), ("activations", "激活值", "activations"),
+        ("temporaries", "临时张量", "temporaries"), ("other", "其他", "other")]
+EN = {"全量微调": "full FT", "P-Tuning v1（MLP）": "v1 (MLP)", "P-Tuning v1（LSTM）": "v1 (LSTM)",
+      "P-Tuning v2": "v2", "v2 + 投影（默认）": "v2 + proj\n(default)", "v2 + 投影（512）": "v2 + proj\n(512)",
+      "LoRA r=8": "LoRA r=8", "v2 + LoRA": "v2 + LoRA"}
+runs = list(rows.values())
+x = range(len(runs))
+fig, ax = plt.subplots(figsize=(10, 4))
+if runs[0]["bd"]:
+    bottom = [0.0] * len(runs)
+    for key, zh, en in CATS:
+        vals = [mib(r["bd"].get(key, 0)) for r in runs]
+        if any(vals):        # 一项都没有的类别不进图例
+            ax.bar(x, vals, bottom=bottom, label=zh if ZH else en)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+else:
+    ax.bar(x, [mib(r["peak"]) for r in runs], label="峰值" if ZH else "peak")
+for i, r in enumerate(runs):
+    ax.text(i, mib(r["peak"]) + 0.2, f"{mib(r['peak']):.2f}", ha="center", fontsize=8)
+ax.set_xticks(list(x), [k.replace("（", "\n（") if ZH else EN[k] for k in rows], fontsize=8)
+ax.set_ylabel("峰值时刻的已分配显存 (MiB)" if ZH else "allocated at the peak (MiB)")
+ax.set_title("llama-tiny，批大小 2，序列长度 64，AdamW：峰值的组成（不含 cuBLAS 工作区）" if ZH
+             else "llama-tiny, batch 2, seq 64, AdamW: memory at the peak (cuBLAS workspace excluded)")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ### 虚拟 token 放在哪一层，激活值怎么涨
 #
-# 把虚拟 token 数从 16 加到 128（序列长度仍是 64），比较 P-Tuning v1 和 v2 的激活值（峰值时刻的“激活值”一类）和峰值。$P = 16$ 的两行直接取上一张表。
+# 把虚拟 token 数从 16 逐步加到 128（序列长度仍是 64），比较 P-Tuning v1 和 v2 的激活值（峰值时刻的“激活值”一类）和峰值。$P = 16$ 的一行直接取上一张表。
 
 # %%
 print(pad("P", 6), pad("v1 激活值 MiB", 15), pad("v1 峰值 MiB", 13), pad("v2 激活值 MiB", 15), pad("v2 峰值 MiB", 13),
       "v2 可训练")
-for p in (16, 128):
+PS = (16, 32, 64, 128)
+sweep = {}
+for p in PS:
     if p == P:
         r1, r2 = rows["P-Tuning v1（MLP）"], rows["P-Tuning v2"]
     else:
         r1 = train(lambda m: get_peft_model(m, PromptEncoderConfig(task_type="CAUSAL_LM", num_virtual_tokens=p)))
         r2 = train(lambda m: v2(m, p))
+    sweep[p] = (r1, r2)
     print(pad(str(p), 6), pad(f"{mib(r1['bd']['activations']):.2f}", 15), pad(f"{mib(r1['peak']):.2f}", 13),
           pad(f"{mib(r2['bd']['activations']):.2f}", 15), pad(f"{mib(r2['peak']):.2f}", 13), f"{r2['n']:,}")
 
 # %% [markdown]
-# v1 每多一个虚拟 token，每层就多一整个 token 的激活值（注意力、FFN、归一化都算一遍，logits 也多一行）；v2 每多一个虚拟 token，每层只多 $2 d_{kv}$ 个数的键值，外加注意力分数矩阵多一列。序列长度是 64 时，$P = 128$ 的 v1 相当于把序列长度变成三倍。
+# v1 每多一个虚拟 token，每层就多一整个 token 的激活值（注意力、FFN、归一化都算一遍，logits 也多一行）；v2 每多一个虚拟 token，每层只多 $2 d_{kv}$ 个数的键值，外加注意力分数矩阵多一列。序列长度是 64 时，$P = 128$ 的 v1 相当于把序列长度变成三倍。画出来：
+
+# %%
+def reading(r, what):
+    if what == "peak":
+        return mib(r["peak"])
+    return mib(r["bd"]["activations"]) if r["bd"] else float("nan")     # 真卡上没有分类
+
+
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+for ax, (what, zh, en) in zip(axes, [("act", "峰值时刻的激活值 (MiB)", "activations at the peak (MiB)"),
+                                     ("peak", "稳态峰值 (MiB，不含 cuBLAS 工作区)", "steady peak (MiB, no cuBLAS workspace)")]):
+    for i, (name, style) in enumerate([("P-Tuning v1（MLP）", "o-"), ("P-Tuning v2", "s--")]):
+        ax.plot(PS, [reading(sweep[p][i], what) for p in PS], style,
+                label=name if ZH else name.replace("（MLP）", " (MLP)"))
+    ax.set_xticks(PS)
+    ax.set_xlabel("虚拟 token 数 P（序列长度 64）" if ZH else "virtual tokens P (sequence length 64)")
+    ax.set_ylabel(zh if ZH else en)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+fig.suptitle("llama-tiny，批大小 2：虚拟 token 放在输入层（v1）还是每层的键值里（v2）" if ZH
+             else "llama-tiny, batch 2: virtual tokens at the input (v1) or in every layer's keys/values (v2)")
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## 3. 跨层参数共享

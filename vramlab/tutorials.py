@@ -105,7 +105,8 @@ def package_sha256(text: str) -> str:
     the package's data files (what the modules read)."""
     h = hashlib.sha256()
     data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
-            and "__pycache__" not in p.parts]
+            and "__pycache__" not in p.parts
+            and "evidence" not in p.relative_to(PACKAGE).parts]     # graded evidence: read by the site only
     for path in sorted(set(import_closure(text)) | set(data)):
         h.update(str(path.relative_to(PACKAGE)).encode())
         h.update(path.read_bytes())

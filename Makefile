@@ -28,10 +28,11 @@ site: $(STAMP)
 	bash scripts/build_site.sh
 
 # Browser tests need Debian's Chromium; install it when we may (root + apt), else they say why they skip.
+# fonts-noto-cjk: without a CJK font, screenshots show boxes and layout is measured on the wrong glyphs.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
-	  echo "chromium 未安装：浏览器测试将跳过（CI 中会失败）"; }
+	@{ command -v chromium >/dev/null 2>&1 && fc-list :lang=zh 2>/dev/null | grep -q .; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null) || \
+	  echo "chromium 或 fonts-noto-cjk 未安装：浏览器测试将跳过（CI 中会失败）"; }
 
 # The grader runs learner code under bubblewrap (an OS sandbox); install it when we may (root + apt).
 bubblewrap:

@@ -23,6 +23,10 @@ from mkdocs.plugins import CombinedEvent, event_priority
 from mkdocs.utils import get_relative_url
 
 _STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S)
+# nbconvert's template adds, to a notebook with ipywidgets state (tqdm progress bars, say), a script
+# that loads the widget renderer from unpkg.com: the site makes no request to another host, so it
+# goes (the widgets' saved views stay in the page, unrendered, as they would be offline anyway).
+_WIDGETS_LOADER = re.compile(r"<script>\s*\(function\(\) \{\s*function addWidgetsRenderer\(\).*?</script>", re.S)
 _SPAN = re.compile(r"</?span\b[^>]*>")
 _OUTPUTS = '<div class="jp-Cell-outputWrapper">'
 _DIV = re.compile(r"<div\b|</div>")
@@ -45,11 +49,37 @@ def _without_outputs(html: str) -> str:
 ASSET = "assets/stylesheets/notebook.css"
 _css: str | None = None
 
+# Appended to the notebook stylesheet: tutorials readable on a phone. nbconvert's layout keeps a
+# 64 px "In [ ]:" column and the same for outputs, plus 10 px of padding around the notebook and
+# 5 px around each cell; on a 390 px screen that leaves code half the width. The notebook is also
+# `overflow: auto`, which makes it a block formatting context that shrinks beside the floated
+# download button for its whole length (and so is each cell's flex row). On narrow screens: no
+# prompts, no padding, no shrinking; code and outputs scroll inside their own box, images scale down.
+MOBILE_CSS = """
+/* vramlab (docs/hooks/notebook_css.py): notebooks on phones */
+.jupyter-wrapper .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
+.jupyter-wrapper .jp-RenderedImage img, .jupyter-wrapper .jp-RenderedSVG svg { max-width: 100%; height: auto; }
+@media screen and (max-width: 44.9375em) {
+  .jupyter-wrapper .jp-Notebook { padding: 0; overflow: visible; }
+  .jupyter-wrapper .jp-Cell { padding: 0.2rem 0; }
+  .jupyter-wrapper .jp-CodeCell .jp-Cell-inputWrapper .jp-InputPrompt,
+  .jupyter-wrapper .jp-InputPrompt, .jupyter-wrapper .jp-OutputPrompt,
+  .jupyter-wrapper .jp-OutputArea-prompt { display: none; }
+  .jupyter-wrapper .jp-OutputArea-output { padding-left: 0; }
+  /* without prompts the flex rows hold one box each; as flex boxes the first cell would also
+     shrink beside the floated download button */
+  .jupyter-wrapper .jp-Cell-inputWrapper, .jupyter-wrapper .jp-InputArea,
+  .jupyter-wrapper .jp-OutputArea-child { display: block; }
+  .jupyter-wrapper .jp-InputArea-editor { width: auto; min-width: 0; }
+}
+"""
+
 
 def on_page_content(html: str, page, config, files) -> str:
     global _css
     if not page.file.src_uri.endswith(".ipynb"):
         return html
+    html = _WIDGETS_LOADER.sub("", html)
     blocks = _STYLE.findall(html)
     if not blocks:
         return html
@@ -57,7 +87,7 @@ def on_page_content(html: str, page, config, files) -> str:
     if _css is None:
         _css = css
     elif css != _css:
-        return html
+        return html + f"<style>{MOBILE_CSS}</style>"      # its own styles, and the phone rules
     link = f'<link rel="stylesheet" href="{get_relative_url(ASSET, page.url)}">'
     return link + _STYLE.sub("", html)
 
@@ -88,7 +118,7 @@ def on_post_build(config) -> None:
     path = os.path.join(config["site_dir"], ASSET)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(_css)
+        f.write(_css + MOBILE_CSS)
 
 
 def on_startup(command, dirty) -> None:       # `mkdocs serve` rebuilds in the same process

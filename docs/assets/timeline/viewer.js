@@ -111,7 +111,8 @@
     this.legend = el("ul", { "class": "vramlab-timeline__legend" });
     root.appendChild(this.legend);
     root.appendChild(el("p", { "class": "vramlab-timeline__hint" },
-      "在图上拖动鼠标可以框选一段放大；悬停查看每一点的分配情况。也可以把 JSON 文件拖到这里。"));
+      "在图上左右拖动（鼠标或手指）框选一段放大，“重置缩放”回到全图；鼠标悬停或手指轻点查看那一点的分配情况。" +
+      "也可以把 JSON 文件拖到这里。"));
 
     this.select.addEventListener("change", function () { self.loadSite(self.select.value); });
     this.file.addEventListener("change", function () { if (self.file.files[0]) self.loadFile(self.file.files[0]); });
@@ -122,7 +123,15 @@
       root.classList.remove("is-dragging");
       if (e.dataTransfer && e.dataTransfer.files[0]) self.loadFile(e.dataTransfer.files[0]);
     });
-    window.addEventListener("resize", function () { if (self.trace) self.draw(); });
+    this.bindPointer();
+    // 容器变宽变窄（转屏、侧栏收起）时按新宽度重画；只看宽度，重画改变的高度不会再触发
+    var redraw = function () {      // 下一帧再画：不在 ResizeObserver 的回调里改布局
+      window.requestAnimationFrame(function () {
+        if (self.trace && Math.round(self.chartBox.clientWidth) !== self.drawnWidth) self.draw();
+      });
+    };
+    if (window.ResizeObserver) new ResizeObserver(redraw).observe(this.chartBox);
+    else window.addEventListener("resize", redraw);
     if (this.list.length) this.loadSite(this.list[0].name);
   };
 
@@ -213,11 +222,24 @@
     this.draw();
   };
 
+  // 文字宽度：能量就量（元素已在页面里），量不到（例如查看器在隐藏的标签页里）就按字数估
+  function textWidth(node, size) {
+    var w = 0;
+    try { w = node.getComputedTextLength(); } catch (e) { w = 0; }
+    if (w) return w;
+    var s = node.textContent || "", n = 0;
+    for (var i = 0; i < s.length; i++) n += s.charCodeAt(i) > 0x2e80 ? 1 : 0.6;
+    return n * size;
+  }
+
   Viewer.prototype.draw = function () {
     var t = this.trace, p = t.points, self = this;
-    var W = Math.max(320, this.chartBox.clientWidth || 640), H = 320;
-    var m = { l: 64, r: 12, t: 24, b: 36 }, iw = W - m.l - m.r, ih = H - m.t - m.b;
+    // 按容器的实际宽度画，不设最小宽度：窄屏上图不会把页面撑宽
+    var W = Math.max(200, Math.round(this.chartBox.clientWidth || 640)), narrow = W < 480;
+    var H = narrow ? 280 : 320;
+    var m = { l: narrow ? 40 : 56, r: 10, t: 26, b: 40 }, iw = W - m.l - m.r, ih = H - m.t - m.b;
     var x0 = this.view[0], x1 = Math.max(this.view[1], x0 + 1);
+    this.drawnWidth = W;
     // 视野里的点，再各带一个邻点，让阶梯从左边缘开始、到右边缘结束
     var idx = [];
     for (var i = 0; i < p.x.length; i++) {
@@ -230,7 +252,7 @@
       ymax = Math.max(ymax, p.allocated[i], p.reserved && p.reserved[i] != null ? p.reserved[i] : 0);
     });
     var unit = ymax >= 4 * GiB ? GiB : MiB, uname = unit === GiB ? "GiB" : "MiB";
-    var step = niceStep(ymax / unit, 5) * unit, ytop = Math.ceil(ymax / step) * step;
+    var step = niceStep(ymax / unit, narrow ? 4 : 5) * unit, ytop = Math.ceil(ymax / step) * step;
     var sx = function (x) { return m.l + (Math.min(Math.max(x, x0), x1) - x0) / (x1 - x0) * iw; };
     var sy = function (y) { return m.t + ih - y / ytop * ih; };
 
@@ -238,19 +260,30 @@
     if (old) old.remove();
     var g = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img",
       "aria-label": "显存时间线：按类别堆叠的已分配显存" });
+    // 先放进页面，下面的文字才量得出宽度（用来剔除会互相重叠的标签）
+    this.chartBox.insertBefore(g, this.tip);
     for (var y = 0; y <= ytop + 1; y += step) {
       g.appendChild(svg("line", { x1: m.l, x2: W - m.r, y1: sy(y), y2: sy(y), "class": "grid" }));
-      var lab = svg("text", { x: m.l - 6, y: sy(y) + 4, "text-anchor": "end", "class": "tick" });
+      var lab = svg("text", { x: m.l - 5, y: sy(y) + 4, "text-anchor": "end", "class": "tick" });
       lab.textContent = (y / unit).toFixed(step / unit < 1 ? 1 : 0);
       g.appendChild(lab);
     }
-    var yl = svg("text", { x: 12, y: m.t - 8, "class": "axis" }); yl.textContent = "显存（" + uname + "）"; g.appendChild(yl);
-    var xl = svg("text", { x: W - m.r, y: H - 6, "text-anchor": "end", "class": "axis" });
+    var yl = svg("text", { x: 2, y: 11, "class": "axis" }); yl.textContent = "显存（" + uname + "）"; g.appendChild(yl);
+    var xl = svg("text", { x: W - m.r, y: H - 4, "text-anchor": "end", "class": "axis" });
     xl.textContent = t.x_label || "事件序号"; g.appendChild(xl);
-    [x0, Math.round((x0 + x1) / 2), x1].forEach(function (x) {
-      var tx = svg("text", { x: sx(x), y: H - m.b + 16, "text-anchor": "middle", "class": "tick" });
-      tx.textContent = String(x); g.appendChild(tx);
-    });
+    // 横轴刻度取整齐的数，间距按宽度定；会与前一个重叠或出界的刻度不画
+    var xstep = Math.max(1, niceStep(x1 - x0, Math.max(1, Math.floor(iw / 90))));
+    var lastRight = -Infinity;
+    for (var k0 = Math.ceil(x0 / xstep); k0 * xstep <= x1; k0++) {
+      var xv = k0 * xstep, tx = svg("text", { y: H - m.b + 15, "text-anchor": "middle", "class": "tick" });
+      tx.textContent = String(xv);
+      g.appendChild(tx);
+      var tw = textWidth(tx, 11), left = Math.min(Math.max(sx(xv) - tw / 2, 0), W - tw);
+      if (left < lastRight + 8) { tx.remove(); continue; }
+      tx.setAttribute("x", (left + tw / 2).toFixed(1));
+      g.appendChild(svg("line", { x1: sx(xv), x2: sx(xv), y1: m.t + ih, y2: m.t + ih + 4, "class": "grid" }));
+      lastRight = left + tw;
+    }
 
     // 堆叠阶梯：逐类别累加，每一类画成上沿与下沿之间的多边形
     var base = idx.map(function () { return 0; });
@@ -277,7 +310,8 @@
       });
       g.appendChild(svg("path", { d: r, "class": "reserved", "data-key": "reserved" }));
     }
-    var rowEnd = [-1e9, -1e9, -1e9];     // 标签分三行错开；三行都挤不下就只画线（悬停看 title）
+    // 标签分三行错开（按量出的宽度）；三行都挤不下、或会出右边界的只画线（悬停看 title）
+    var rowEnd = [-1e9, -1e9, -1e9];
     (t.marks || []).forEach(function (mk) {
       if (mk.x < x0 || mk.x > x1) return;
       var line = svg("line", { x1: sx(mk.x), x2: sx(mk.x), y1: m.t, y2: m.t + ih, "class": "mark" });
@@ -287,29 +321,49 @@
       if (row < 0) return;
       var tx = svg("text", { x: sx(mk.x) + 3, y: m.t + 10 + 11 * row, "class": "mark-label" });
       tx.textContent = mk.label; g.appendChild(tx);
-      rowEnd[row] = sx(mk.x) + 3 + 11 * mk.label.length;
+      var right = sx(mk.x) + 3 + textWidth(tx, 10);
+      if (right > W - m.r) { tx.remove(); return; }
+      rowEnd[row] = right;
     });
     var pk = t.peak;
     if (pk.x >= x0 && pk.x <= x1) {
       var px = sx(pk.x), py = sy(pk.bytes);
       g.appendChild(svg("line", { x1: px, x2: px, y1: py, y2: m.t + ih, "class": "peak-line" }));
       g.appendChild(svg("circle", { cx: px, cy: py, r: 4, "class": "peak-dot", "data-peak": "" }));
-      var pt = svg("text", { x: px + (px > W / 2 ? -6 : 6), y: Math.max(m.t + 44, py - 6), "class": "peak-label",
-        "text-anchor": px > W / 2 ? "end" : "start" });
-      pt.textContent = "峰值 " + fmtBytes(pk.bytes);
-      var opLine = svg("tspan", { x: pt.getAttribute("x"), dy: "1.2em", "class": "peak-op" });
+      // 标签留在绘图区里（不压住纵轴刻度），放在三行阶段标签的下面；默认放在离边更远的一侧
+      var roomL = px - 6 - m.l - 2, roomR = W - m.r - (px + 6);
+      var pt = svg("text", { y: Math.max(m.t + 48, py - 6), "class": "peak-label" });
+      var head = svg("tspan", { "class": "peak-head" });
+      head.textContent = "峰值 " + fmtBytes(pk.bytes);
+      var opLine = svg("tspan", { dy: "1.2em", "class": "peak-op" });
       opLine.textContent = pk.op;
+      pt.appendChild(head);
       pt.appendChild(opLine);
       var ptTitle = svg("title"); ptTitle.textContent = pk.op + " @ " + pk.module; pt.appendChild(ptTitle);
       g.appendChild(pt);
+      var hw = textWidth(head, 11), toLeft = roomL > roomR;
+      if (hw > (toLeft ? roomL : roomR) && hw <= (toLeft ? roomR : roomL)) toLeft = !toLeft;
+      var ax = toLeft ? px - 6 : px + 6, room = toLeft ? roomL : roomR;
+      pt.setAttribute("x", ax);
+      pt.setAttribute("text-anchor", toLeft ? "end" : "start");
+      head.setAttribute("x", ax);
+      opLine.setAttribute("x", ax);
+      // 算子名太长就截短（完整名字在上面的说明和 title 里）；一个字也放不下就不画
+      var ow = textWidth(opLine, 11);
+      if (ow > room) {
+        var keep = Math.floor(pk.op.length * room / ow) - 1;
+        if (keep >= 3) opLine.textContent = pk.op.slice(0, keep) + "…"; else pt.removeChild(opLine);
+      }
     }
     var sel = svg("rect", { x: 0, y: m.t, width: 0, height: ih, "class": "selection", visibility: "hidden" });
     g.appendChild(sel);
-    var overlay = svg("rect", { x: m.l, y: m.t, width: iw, height: ih, fill: "transparent", "class": "overlay" });
-    g.appendChild(overlay);
-    this.chartBox.insertBefore(g, this.tip);
+    g.appendChild(svg("rect", { x: m.l, y: m.t, width: iw, height: ih, fill: "transparent", "class": "overlay" }));
+    this.svgEl = g;
+    this.selEl = sel;
+    this.geo = { W: W, H: H, m: m, iw: iw, ih: ih, x0: x0, x1: x1 };
+    var xs = p.x;
     this.root.setAttribute("data-view", x0 + "-" + x1);
-    this.bindPointer(g, overlay, sel, { m: m, iw: iw, x0: x0, x1: x1 });
+    this.root.classList.toggle("is-zoomed", x0 > xs[0] || x1 < xs[xs.length - 1]);
   };
 
   Viewer.prototype.pointAt = function (x) {   // 最后一个 points.x <= x 的点
@@ -318,36 +372,78 @@
     return lo;
   };
 
-  Viewer.prototype.bindPointer = function (g, overlay, sel, geo) {
-    var self = this, start = null;
-    var toX = function (evt) {
-      var r = g.getBoundingClientRect(), px = evt.clientX - r.left;
-      return geo.x0 + (Math.min(Math.max(px, geo.m.l), geo.m.l + geo.iw) - geo.m.l) / geo.iw * (geo.x1 - geo.x0);
-    };
-    overlay.addEventListener("mousedown", function (e) { start = { px: e.clientX - g.getBoundingClientRect().left, x: toX(e) }; });
-    overlay.addEventListener("mousemove", function (e) {
-      var px = e.clientX - g.getBoundingClientRect().left;
-      if (start) {
-        sel.setAttribute("visibility", "visible");
-        sel.setAttribute("x", Math.min(start.px, px));
-        sel.setAttribute("width", Math.abs(px - start.px));
-      }
-      self.tooltip(toX(e), px, e.clientY - g.getBoundingClientRect().top);
+  var DRAG_PX = 6;        // 按下后移动不到这么多（CSS 像素）算点击/轻点，否则算拖动框选
+
+  // 鼠标、触屏、触控笔都走 Pointer Events，监听器只在 build() 里绑一次（挂在不会重画的 chartBox 上）：
+  // 按下时捕获指针，抬起（或取消）时必定收尾，所以点一下之后再拖也照样能放大。
+  Viewer.prototype.bindPointer = function () {
+    var self = this, box = this.chartBox, drag = null;
+    function at(e) {           // 指针在图里的坐标（viewBox 单位）和在 chartBox 里的 CSS 像素坐标
+      var r = self.svgEl.getBoundingClientRect(), b = box.getBoundingClientRect(), geo = self.geo;
+      return { px: (e.clientX - r.left) * geo.W / (r.width || geo.W), py: (e.clientY - r.top) * geo.H / (r.height || geo.H),
+        cx: e.clientX - b.left, cy: e.clientY - b.top };
+    }
+    function inPlot(q) {
+      var geo = self.geo;
+      return q.px >= geo.m.l - 2 && q.px <= geo.m.l + geo.iw + 2 && q.py >= geo.m.t && q.py <= geo.m.t + geo.ih;
+    }
+    function toX(px) {
+      var geo = self.geo, c = Math.min(Math.max(px, geo.m.l), geo.m.l + geo.iw);
+      return geo.x0 + (c - geo.m.l) / geo.iw * (geo.x1 - geo.x0);
+    }
+    function band(a, b) {
+      var sel = self.selEl;
+      if (a == null) { sel.setAttribute("visibility", "hidden"); return; }
+      var geo = self.geo, lo = Math.max(geo.m.l, Math.min(a, b)), hi = Math.min(geo.m.l + geo.iw, Math.max(a, b));
+      sel.setAttribute("x", lo);
+      sel.setAttribute("width", Math.max(0, hi - lo));
+      sel.setAttribute("visibility", "visible");
+    }
+    function end() { drag = null; if (self.selEl) band(null); }
+
+    box.addEventListener("pointerdown", function (e) {
+      if (!self.trace || !self.svgEl || !e.isPrimary || (e.pointerType === "mouse" && e.button !== 0)) return;
+      var q = at(e);
+      if (!inPlot(q)) return;
+      drag = { id: e.pointerId, px: q.px, moved: false };
+      try { box.setPointerCapture(e.pointerId); } catch (err) { /* 没有捕获也能用：抬起在图外时由 pointercancel/lost 收尾 */ }
+      if (e.pointerType === "mouse") e.preventDefault();          // 拖动时不选中页面文字
     });
-    overlay.addEventListener("mouseleave", function () { self.tip.hidden = true; });
-    window.addEventListener("mouseup", function up(e) {
-      window.removeEventListener("mouseup", up);
-      if (!start) return;
-      var a = start.x, b = toX(e);
-      start = null;
-      sel.setAttribute("visibility", "hidden");
-      if (Math.abs(b - a) >= 2) { self.view = [Math.floor(Math.min(a, b)), Math.ceil(Math.max(a, b))]; self.draw(); }
+    box.addEventListener("pointermove", function (e) {
+      if (!self.svgEl) return;
+      var q = at(e);
+      if (drag && e.pointerId === drag.id) {
+        if (Math.abs(q.px - drag.px) >= DRAG_PX) drag.moved = true;
+        if (drag.moved) { band(drag.px, q.px); if (e.pointerType !== "mouse") self.tip.hidden = true; }
+        if (e.pointerType === "mouse") self.tooltip(toX(q.px), q.cx, q.cy, e.pointerType);
+        return;
+      }
+      if (e.pointerType !== "mouse") return;                       // 触屏没有悬停：轻点才显示
+      if (inPlot(q)) self.tooltip(toX(q.px), q.cx, q.cy, e.pointerType); else self.tip.hidden = true;
+    });
+    box.addEventListener("pointerup", function (e) {
+      if (!drag || e.pointerId !== drag.id) return;
+      var d = drag, q = at(e);
+      end();
+      if (d.moved) {
+        var a = toX(d.px), b = toX(q.px), lo = Math.floor(Math.min(a, b)), hi = Math.ceil(Math.max(a, b));
+        if (hi - lo >= 1) { self.view = [lo, hi]; self.tip.hidden = true; self.draw(); return; }
+      }
+      self.tooltip(toX(q.px), q.cx, q.cy, e.pointerType);         // 点击或轻点：显示这一点
+    });
+    box.addEventListener("pointercancel", function (e) { if (drag && e.pointerId === drag.id) end(); });
+    box.addEventListener("lostpointercapture", function (e) { if (drag && e.pointerId === drag.id) end(); });
+    box.addEventListener("pointerleave", function (e) { if (e.pointerType === "mouse" && !drag) self.tip.hidden = true; });
+    // 触屏上点到图外，收起提示框
+    document.addEventListener("pointerdown", function (e) {
+      if (e.pointerType !== "mouse" && !box.contains(e.target)) self.tip.hidden = true;
     });
   };
 
-  Viewer.prototype.tooltip = function (x, px, py) {
+  Viewer.prototype.tooltip = function (x, cx, cy, pointerType) {
     var t = this.trace, p = t.points, i = this.pointAt(x), tip = this.tip;
     tip.innerHTML = "";
+    tip.setAttribute("data-x", String(p.x[i]));
     tip.appendChild(el("strong", {}, "事件 " + p.x[i] + "：" + fmtBytes(p.allocated[i]) + " 已分配"));
     if (p.reserved && p.reserved[i] != null) tip.appendChild(el("div", {}, "已保留 " + fmtBytes(p.reserved[i])));
     if (t.labels && p.label) tip.appendChild(el("code", {}, t.labels[p.label[i]]));
@@ -358,9 +454,12 @@
     });
     tip.appendChild(ul);
     tip.hidden = false;
-    var w = this.chartBox.clientWidth;
-    tip.style.left = (px > w / 2 ? Math.max(0, px - 280) : px + 12) + "px";
-    tip.style.top = Math.max(0, py - 10) + "px";
+    // 放在图框之内：右半边放在指针左侧；触屏时放到手指上方，不被手指挡住
+    var w = this.chartBox.clientWidth, tw = tip.offsetWidth, th = tip.offsetHeight;
+    var left = cx + 12 + tw <= w ? cx + 12 : cx - 12 - tw;
+    tip.style.left = Math.max(0, Math.min(left, w - tw)) + "px";
+    var top = pointerType && pointerType !== "mouse" ? cy - th - 24 : cy - 10;
+    tip.style.top = Math.max(0, top) + "px";
   };
 
   function start() {

@@ -38,6 +38,17 @@ os.makedirs(os.path.join(_ROOT, "nbgrader"), exist_ok=True)   # SQLite creates t
 # nbgrader's default ignore list also skips "feedback"; keep it and add our own clutter.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".vramlab"]
 
+# --- recovery after a crash ------------------------------------------------------------------------
+# An autograde killed while grading a submission leaves its nbgrader/autograded/ folder without the
+# graded notebook; nbgrader alone would skip it from then on ("Skipping existing assignment") and
+# export 0 points. Before `autograde`, vramlab removes such folders so that they are graded again;
+# before `export`, it warns about any that are left (vramlab/grader/autograde.py, before_nbgrader).
+import sys  # noqa: E402
+
+from vramlab.grader.autograde import before_nbgrader  # noqa: E402
+
+before_nbgrader(_ROOT, sys.argv[1:])
+
 # --- the learner keeps a runnable starter ------------------------------------------------------------
 # The answer cell of a source notebook holds the spec's STARTER outside the solution markers and the
 # reference SOLUTION inside them (it redefines the same function). generate_assignment removes the

@@ -10,7 +10,6 @@ ratio, and checks that both builds wrote the same search index.
 """
 from __future__ import annotations
 
-import argparse
 import filecmp
 import os
 import statistics
@@ -34,7 +33,9 @@ def build(config: str, dest: Path) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="scripts/bench_site.py")
+    from vramlab.cli import ChineseArgumentParser
+
+    p = ChineseArgumentParser(prog="scripts/bench_site.py")
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args(argv)
     lines = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines(keepends=True)

@@ -6,8 +6,11 @@
 #   scripts/grade_class.sh --fresh                           # 不复用已有成绩，从头评（旧 journal 改名为 .bak）
 # 每份提交调用一次 vramlab.grader.grade_file（与 vramlab.check / vramlab grade 相同的隔离评分器）；
 # 某一份出错只记为 0 分并写明原因，不会中断整批。在 GPU 上 WORKERS 不要超过显卡数。
-# 每评完一份就追加到 $OUT.journal.jsonl：Ctrl-C、kill 或断电之后，用同一条命令重跑，
-# 只评还没评的和改过的提交；中断时已评的成绩也会写进 CSV（退出码 130 / 143）。
+# 每评完一份就追加到 $OUT.journal.jsonl：Ctrl-C、kill、终端断开或断电之后，用同一条命令重跑，
+# 只评还没评的和改过的提交；中断时已评的成绩也会写进 CSV（退出码 130 / 143 / 129）。
+# 开始评分前，上一次的 CSV 改名为 $OUT.prev，所以被 kill -9 的批次不会留下看起来像是新的旧 CSV。
+# 退出码：0 全部评完；2 参数错误或 CSV 写不进去；4 有评分器出错的行（重跑只重评它们）或本机不能评分
+# （没有沙箱、没有 GPU、临时磁盘满）。见 docs/guide/grading.md 的“退出码”。
 # WORKERS 由 vramlab.batch 自己读取（不是正整数时给出中文错误）；其余参数原样传给它。
 set -euo pipefail
 cd "$(dirname "$0")/.."

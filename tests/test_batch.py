@@ -1,7 +1,8 @@
 """vramlab.batch: the journal (one fsynced line per finished grading), resume (reuse what still
 matches, regrade what changed), the atomic CSV, the destination check, the command line's errors,
-and a clean stop on SIGINT / SIGTERM (exit 130 / 143, no traceback, no worker or grading process
-left behind, a rerun grades only what is missing).
+and a clean stop on SIGINT / SIGTERM / SIGHUP (exit 130 / 143 / 129, no traceback, no worker or
+grading process left behind, a rerun grades only what is missing); SIGKILL leaves no CSV that
+looks current. More faults (full disk, no GPU, grader errors): tests/test_faults.py.
 
 Fast tests run the batch in a thread pool (`executor=`) with a monkeypatched `_grade_one`. The
 subprocess tests run the real command line and process pool with a fake grader: a tiny module
@@ -394,8 +395,8 @@ def _all_gone(pids, timeout: float = 10.0) -> list[int]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals to process groups")
-@pytest.mark.parametrize("signame,group", [("SIGINT", True), ("SIGTERM", False), ("SIGTERM", True)],
-                         ids=["ctrl-c", "kill-pid", "kill-group"])
+@pytest.mark.parametrize("signame,group", [("SIGINT", True), ("SIGTERM", False), ("SIGTERM", True), ("SIGHUP", True)],
+                         ids=["ctrl-c", "kill-pid", "kill-group", "hang-up"])
 @pytest.mark.slow
 def test_interrupted_batch_saves_its_rows_and_a_rerun_finishes(tmp_path, signame, group):
     fake = FakeClass(tmp_path, 8)
@@ -407,7 +408,7 @@ def test_interrupted_batch_saves_its_rows_and_a_rerun_finishes(tmp_path, signame
     else:
         os.kill(proc.pid, getattr(signal, signame))      # `kill PID`: only the parent
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if signame == "SIGINT" else 143), err
+    assert proc.returncode == 128 + getattr(signal, signame), err
     assert "Traceback" not in err + out, err
     assert "已中断" in err and "重新运行" in err and "还剩" in err, err
     done = fake.journaled()
@@ -475,6 +476,7 @@ def test_workers_and_gradings_do_not_outlive_a_killed_batch(tmp_path):
     """SIGKILL cannot be caught: the workers notice the parent is gone and end with their gradings;
     what was journaled survives and a rerun grades the rest."""
     fake = FakeClass(tmp_path, 4)
+    fake.csv.write_text("student,score\nlast-term,10\n", encoding="utf-8")     # an earlier run's CSV
     proc = fake.start(seconds=60)
     _wait_for(lambda: len(fake.call_lines()) >= 2, 120, proc)       # both workers mid-grading
     os.kill(proc.pid, signal.SIGKILL)
@@ -482,6 +484,8 @@ def test_workers_and_gradings_do_not_outlive_a_killed_batch(tmp_path):
     pids = {int(p) for w, c, _ in fake.call_lines() for p in (w, c)}
     assert not _all_gone(pids), "a worker or a grading outlived the batch"
     assert not list(fake.tmpdir.iterdir()), "temp folders left behind"
+    assert not fake.csv.exists(), "the earlier CSV still looks like this batch's result"
+    assert "last-term" in fake.csv.with_name("grades.csv.prev").read_text(encoding="utf-8")
     proc = fake.start(seconds=0.1)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

@@ -55,13 +55,18 @@ def test_measure_human_output():
     (["measure", "--model", "tiny", "--zero", "2", "--gpus", "2"], "estimate"),
     (["measure", "--backend", "cuda", "--model", "tiny"], None),
     (["frobnicate"], "子命令"),
+    (["estimate", "--inference", "--optimizer", "sgd"], "--inference"),      # issue 19: refused, not ignored
+    (["calibrate", "--rows", "nosuchrow"], "nosuchrow"),
+    (["tutorials", "check", "--only", "ch99"], "ch99"),
+    (["trace", "--model", "tiny", "--out", "/"], "文件夹"),
+    (["grade", "ch01-estimate", "/no/such/file.ipynb"], "找不到提交的文件"),
 ])
 def test_bad_input_gets_chinese_error_without_traceback(args, needle):
     r = run(*args)
     if args[:2] == ["measure", "--backend"] and r.returncode == 0:
         pytest.skip("this machine has a GPU")
     assert r.returncode != 0
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "usage:" not in r.stderr and "error:" not in r.stderr
     assert "错误" in r.stderr
     if needle:
         assert needle in r.stderr

@@ -165,14 +165,18 @@ def test_cli_exercises_json():
 
 
 @pytest.mark.slow
-def test_cli_malformed_notebook_is_graded_zero(tmp_path):
+def test_cli_malformed_notebook_is_an_unreadable_submission(tmp_path):
+    """Exit 3 and one JSON error object (issue 19): a script tells "could not read" from "graded 0".
+    grade_file itself still scores it 0 (the batch's row, nbgrader's export)."""
     bad = tmp_path / "broken.ipynb"
     bad.write_text("{ this is not json", encoding="utf-8")
     out = _cli("grade", "ch05-accumulation", str(bad), "--json")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 3, out.stderr
     r = json.loads(out.stdout)
-    assert KEYS <= set(r) and r["score"] == 0 and r["category"] == "invalid_submission"
-    assert "JSON" in r["reason"]
+    assert r["error"] == "unreadable_submission" and r["exit_code"] == 3 and "JSON" in r["message"]
+    from vramlab.grader import grade_file
+    r = grade_file("ch05-accumulation", bad)
+    assert KEYS <= set(r) and r["score"] == 0 and r["category"] == "invalid_submission" and "JSON" in r["reason"]
 
 
 @pytest.mark.slow

@@ -426,7 +426,7 @@ for kind in ("param", "hook"):
     print(kind, "各步峰值 MiB：", [round(mib(x), 3) for x in res[0][kind]["peaks"]], "峰值时刻：", res[0][kind]["where"])
 
 # %% [markdown]
-# `hook` 多出的 0.5 MiB 出现在词嵌入的反向（`EmbeddingBackward0`）里，正好是一个词嵌入大小（1024 × 128 × 4 字节）的梯度张量。`tiny` 的词嵌入同时是输出层的权重，它的梯度由两部分相加；我们推测是钩子让 autograd 在这里多留了一份梯度（累加梯度时不能直接“接管”新算出的张量），但没有逐行核实。结论不变：钩子重叠的峰值仍明显低于 `flat`，在真实 GPU 上请用 `torch.cuda.max_memory_allocated()` 复核。
+# `hook` 多出的 0.5 MiB 出现在词嵌入的反向（`EmbeddingBackward0`）里，正好是一个词嵌入大小（1024 × 128 × 4 字节）的梯度张量。`tiny` 的词嵌入同时是输出层的权重，它的梯度由两部分相加。已知的是：从第 2 步起，这块存储在每一步**开始时**就在（是上一步相加得到的词嵌入梯度，`zero_grad()` 之后仍被引用），把钩子里的全规约改成同步的就消失（脚本 `scripts/probes/ch08_hook_gradient_lifetime.py`）；是通信层里的什么还拿着它，没有查清（见第 8 章正文的说明框）。结论不变：钩子重叠的峰值仍明显低于 `flat`，在真实 GPU 上请用 `torch.cuda.max_memory_allocated()` 复核。
 #
 # 把各写法的稳态峰值画出来：
 

@@ -338,7 +338,7 @@ print(f"FSDP2（rank 0）：三类张量 {(r['p'] + r['g'] + r['s']) / MiB:.2f} 
 
 # %% [markdown]
 # - `ddp` 比三类张量多出约一份梯度（4Ψ，再加上分配器的取整）：DDP 在桶里另存了一份梯度用于全规约，反向时再把结果拷回 `.grad`。`ddp_view` 让 `.grad` 直接成为桶的视图，这一份就没了，和 PyTorch 文档说的“省下的显存等于梯度总量”一致。`ddp_zero1` 也带着这份桶。
-# - FSDP2 为什么不列：FSDP2 用 `untyped_storage().resize_(0)` 释放前向、反向时拼出来的完整参数（`torch/distributed/fsdp/_fully_shard/_fsdp_param.py` 里的 `free_storage`）。这个调用不是 aten 算子，模拟设备专门拦截了它，所以最后一行“存储已被 `resize_(0)`、模拟设备仍记着”的字节数是 0。但模拟设备记到的总数仍比三类张量多出约一份 FP32 梯度（4Ψ），这部分来自 FSDP2 反向里的通信缓冲区还是别的张量，我们还没有逐一查明；在查清之前，本教程对 FSDP2 以“数本地分片”为准，以上一张表为准。
+# - FSDP2 为什么不列：FSDP2 用 `untyped_storage().resize_(0)` 释放前向、反向时拼出来的完整参数（`torch/distributed/fsdp/_fully_shard/_fsdp_param.py` 里的 `free_storage`）。这个调用不是 aten 算子，模拟设备专门拦截了它，所以最后一行“存储已被 `resize_(0)`、模拟设备仍记着”的字节数是 0。但模拟设备记到的总数仍比三类张量多出一些（两个进程时约 4Ψ）：原因是模拟设备把 AdamW 的 `exp_avg`、`exp_avg_sq` 按完整大小记账。`torch.zeros_like(p)` 对 DTensor 参数返回 DTensor，它自己的存储报告的是完整张量的大小，真正的本地分片分配在模拟设备看不到的地方（脚本 `scripts/probes/ch10_fsdp_optimizer_state.py`，见第 10 章正文的说明框）。这是模拟设备的偏差，所以本教程对 FSDP2 以“数本地分片”为准，以上一张表为准。
 #
 # 把每个 rank 的三类张量画成堆叠柱状图：
 

@@ -345,4 +345,4 @@ for dtype in (torch.float32, torch.bfloat16):
 # %% [markdown]
 # 真实 GPU 上的选择取决于 PyTorch 版本，见正文“`enable_gqa` 在 GPU 上走哪个核”一节：torch 2.13 的文档写明 GQA 目前只在 flash 和 math 两个核上可用。BF16 / FP16 输入走 flash，与这里的 memory-efficient 记账只差几个小缓冲区；**FP32 输入**则可能退回 math 实现，而 math 实现内部会自己复制 K、V，并保存 $S \times S$ 的概率矩阵。所以在真卡上用 `enable_gqa=True` 时，请用 BF16/FP16，并用 `sdpa_kernel` 确认后端。
 #
-# 本教程的数字都在模拟设备上测得，它们是确定的：换一台没有 GPU 的机器重跑，结果相同。模拟设备不计时间。
+# 本教程的显存数字都在模拟设备上测得，它们是确定的：换一台没有 GPU 的机器重跑，结果相同。梯度的“最大差”不是：它来自浮点求和的顺序，随 CPU 线程数和机器略有不同（在 1e-6 的量级）。模拟设备不计时间。

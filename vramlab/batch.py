@@ -14,9 +14,14 @@ batch. The exercise id and the student id are read from nbgrader's layout
 Durable and resumable: each finished grading is appended at once to a journal (one JSON line,
 fsynced; `<csv>.journal.jsonl` by default). A rerun of the same command reuses the rows whose key
 (exercise, student, the file's bytes, backend, scale) still matches, so only what is missing or
-changed is graded again; `--fresh` starts over. Ctrl-C (SIGINT) or SIGTERM stops the batch cleanly:
-the workers and their gradings are killed, the CSV of what is done is written (atomically, like
-at the end), and the exit code is 130 or 143.
+changed is graded again; `--fresh` starts over. Ctrl-C (SIGINT), SIGTERM or SIGHUP stops the batch
+cleanly: the workers and their gradings are killed, the CSV of what is done is written (atomically,
+like at the end), and the exit code is 130, 143 or 129. An earlier CSV at the same path is renamed
+`<csv>.prev` before grading starts, so that a batch killed outright (SIGKILL, power loss) leaves
+no CSV that looks current; the journal still holds every finished row. The CSV's and journal's
+folders, the temp disk's free space and the backend (a GPU for cuda) are checked before any
+grading starts. Exit codes: vramlab/errors.py (0 done, 2 bad arguments, 4 some rows are grader
+errors or the machine cannot grade, 128+N stopped by signal N).
 
 For more than one machine, use an existing scheduler (Slurm job array, Kubernetes Indexed Job,
 see docs/guide/grading.md) running `vramlab grade EXERCISE PATH --json` per submission.
@@ -42,7 +47,9 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from .cli import ChineseArgumentParser, _positive_int
+from .cli import ChineseArgumentParser, _positive_int, _positive_seconds, report_error
+from .errors import EXIT_GRADER, EXIT_OK, EXIT_USAGE, STOP_SIGNALS, describe, os_error_zh, signal_exit_code, signal_zh
+from .errors import Interrupted as Stopped, stop_on_signals
 
 try:
     import fcntl
@@ -51,9 +58,12 @@ except ImportError:           # pragma: no cover - Windows: the journal is not l
 
 FIELDS = ["student", "exercise", "path", "passed", "score", "max_score", "ratio", "target_ratio", "peak_bytes",
           "baseline_peak_bytes", "correct", "category", "reason", "backend", "seconds"]
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _OS_ERRORS_ZH = {errno.EACCES: "没有写权限", errno.EPERM: "没有权限", errno.EROFS: "文件系统是只读的",
                  errno.ENOSPC: "磁盘已满", errno.EEXIST: "路径上有同名的文件", errno.ENOTDIR: "路径上有同名的文件"}
+
+
+def _os_reason(e: OSError) -> str:
+    return _OS_ERRORS_ZH.get(e.errno) or os_error_zh(e, path=False)
 
 
 class BatchError(Exception):
@@ -61,7 +71,7 @@ class BatchError(Exception):
 
 
 class Interrupted(Exception):
-    """SIGINT or SIGTERM stopped `grade_many`. `rows`: the finished rows in input order (reused ones
+    """SIGINT, SIGTERM or SIGHUP stopped `grade_many`. `rows`: the finished rows in input order (reused ones
     included, all of them in the journal); `graded`: how many of those this run graded;
     `remaining`: how many submissions were not graded."""
 
@@ -112,7 +122,7 @@ def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, s
                             cores=cores)
         row.update({k: result.get(k) for k in FIELDS if k in result and k not in ("student", "path")})
     except Exception as e:  # noqa: BLE001 - one broken submission never fails the batch
-        row.update(category="grader_error", reason=f"{type(e).__name__}: {e}")
+        row.update(category="grader_error", reason=describe(e))
     row.setdefault("seconds", round(time.perf_counter() - t0, 2))
     return row
 
@@ -136,7 +146,7 @@ def _open_journal(path: Path, fresh: bool = False):
             os.replace(path, path.with_name(path.name + ".bak"))
         f = open(path, "a+b")
     except OSError as e:
-        raise BatchError(f"无法打开 journal {path}（{_OS_ERRORS_ZH.get(e.errno, e.strerror or e)}）") from None
+        raise BatchError(f"无法打开 journal {path}（{_os_reason(e)}）") from None
     if fcntl is not None:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -185,12 +195,14 @@ def _fsync_dir(folder) -> None:
 
 @contextlib.contextmanager
 def _catch_signals():
-    """While grading, SIGINT and SIGTERM only note themselves: the loop stops at a clean point."""
+    """While grading, SIGINT, SIGTERM and SIGHUP only note themselves: the loop stops at a clean
+    point. A signal this process ignores (`nohup`: SIGHUP) stays ignored."""
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():   # handlers are the main thread's
         yield caught
         return
-    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS}
+    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS
+           if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield caught
     finally:
@@ -219,6 +231,8 @@ def _worker_init(parent_pid: int, stop, tmp: str) -> None:
     whose write end only the parent holds: it reads EOF when the parent closes it or is gone."""
     tempfile.tempdir = tmp
     signal.signal(signal.SIGINT, lambda signum, frame: None)   # not SIG_IGN: the gradings' children would inherit it
+    if hasattr(signal, "SIGHUP"):                               # a hang-up reaches the whole group too
+        signal.signal(signal.SIGHUP, lambda signum, frame: None)
     signal.signal(signal.SIGTERM, lambda signum, frame: _end_worker(parent_pid, tmp))
     # started while the signals are still blocked (see _signals_blocked), the thread keeps them
     # blocked: they go to the main thread, which runs the handlers
@@ -265,8 +279,15 @@ def _start_pool(workers: int):
     that stops them (see _worker_init) and the folder for their gradings' temp files. Not a
     multiprocessing.Event: setting one waits for every process that waited on it, dead or not."""
     ctx = multiprocessing.get_context("spawn")
+    if os.name == "posix":
+        from multiprocessing import resource_tracker
+
+        with _signals_blocked():    # it keeps this mask: SIGHUP sent to the group (a terminal hang-up) spares it
+            resource_tracker.ensure_running()
     stop_r, stop_w = ctx.Pipe(duplex=False)
     tmp = tempfile.mkdtemp(prefix="vramlab-batch-")
+    from .grader.sandbox import mark_owner
+    mark_owner(tmp)                 # a later grading removes it if this batch is SIGKILLed (sandbox.sweep_stale)
     pool = ProcessPoolExecutor(max_workers=max(1, int(workers)), mp_context=ctx, initializer=_worker_init,
                                initargs=(os.getpid(), stop_r, tmp))
     return pool, (stop_r, stop_w), tmp
@@ -297,7 +318,7 @@ def _result(fut, job: tuple[str, str, str]) -> dict:
     except Exception as e:  # noqa: BLE001 - a worker that died (e.g. killed) is one failed row
         student, ex, path = job
         return {"student": student, "exercise": ex, "path": path, "passed": False, "score": 0,
-                "category": "grader_error", "reason": f"{type(e).__name__}: {e}"}
+                "category": "grader_error", "reason": describe(e)}
 
 
 def _progress_bar(total: int, done: int):
@@ -321,7 +342,7 @@ def _summary(graded: list[dict], reused: int, wall_s: float) -> str:
 
 def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: str = "sim", scale: str | None = None,
                timeout_s: float | None = None, progress: bool = True, sandbox: str = "require",
-               journal=None, fresh: bool = False, executor=None) -> list[dict]:
+               journal=None, fresh: bool = False, executor=None, started=None) -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
     row per path, in the order given. Each worker keeps warm sandboxes (grader/slots.py) and the
     starter's run is measured once per exercise and kept (grader/baselines.py), so a grading is
@@ -333,8 +354,9 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
 
     `journal` (a path): every finished row is appended there at once, and rows already there whose
     key still matches are reused instead of graded again (not those of a grader error); `fresh=True`
-    renames an existing journal to `.bak` first. SIGINT or SIGTERM (main thread only) raise
-    `Interrupted` after the pool is killed. `executor`: run the gradings in this
+    renames an existing journal to `.bak` first. `started()` is called once the journal is held,
+    before any grading. SIGINT, SIGTERM or SIGHUP (main thread only) raise `Interrupted` after the
+    pool is killed. `executor`: run the gradings in this
     `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
     see a monkeypatched `_grade_one`); it is not shut down here."""
     from .grader import policy
@@ -348,6 +370,13 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     keys = [job_key(job, backend, scale) for job in jobs]
     rows: list[dict | None] = [None] * len(jobs)
     log, known = _open_journal(Path(journal), fresh) if journal else (None, {})
+    if started is not None:
+        try:
+            started()
+        except BaseException:
+            if log is not None:
+                log.close()
+            raise
     for i, key in enumerate(keys):
         old = known.get(key) if key else None
         if old is not None and old.get("category") != "grader_error":    # a grader failure is retried
@@ -410,8 +439,20 @@ def check_destination(path) -> str | None:
             with open(p, "ab"):
                 pass
     except OSError as e:
-        return f"无法写入 {p}（{_OS_ERRORS_ZH.get(e.errno, e.strerror or e)}）"
+        return f"无法写入 {p}（{_os_reason(e)}）"
     return None
+
+
+def _retire(csv_path) -> str | None:
+    """Rename an earlier CSV at `csv_path` to `<csv>.prev` (atomically): until this batch writes
+    its own, no CSV at that path looks like this batch's result. The new name, if one was made."""
+    p = Path(csv_path)
+    if not p.is_file():
+        return None
+    prev = p.with_name(p.name + ".prev")
+    os.replace(p, prev)
+    _fsync_dir(p.parent)
+    return str(prev)
 
 
 def write_csv(rows, path) -> None:
@@ -449,6 +490,10 @@ def _report(rows, args) -> None:
 
 
 def main(argv=None) -> int:
+    """The command line. Exit codes (vramlab/errors.py): 0 every row graded, 2 bad arguments or an
+    unwritable destination, 4 some rows are grader errors (a rerun retries them) or this machine
+    cannot grade (no sandbox, no GPU, a full temp disk), 128+N stopped by signal N. With --json,
+    a failure before grading is one JSON error object on stdout."""
     parser = ChineseArgumentParser(prog="python -m vramlab.batch", description="并行评分多份提交（进程池 + 进度条 + 可续评的 journal）")
     parser.add_argument("paths", nargs="*", help="提交的文件；默认 nbgrader/submitted/*/*/*.ipynb")
     parser.add_argument("--workers", help="同时评分的份数（默认取环境变量 WORKERS，否则 2）")
@@ -456,56 +501,100 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=("sim", "cuda", "auto"), default="sim",
                         help="sim（默认，与 notebook 里的 check() 相同）、cuda，或 auto（有 GPU 就用 cuda）")
     parser.add_argument("--scale", choices=("ci", "gpu"), default=None, help="默认：cuda 用 gpu，sim 用 ci")
-    parser.add_argument("--timeout", type=float, default=None, help="每份提交的超时（秒）")
-    parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半）")
+    parser.add_argument("--timeout", type=_positive_seconds, default=None, help="每份提交的超时（秒，大于 0）")
+    parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半；已有的旧 CSV 先改名为 .prev）")
     parser.add_argument("--journal", help="每评完一份就追加一行的记录文件（默认：<CSV>.journal.jsonl）；重跑时复用其中的成绩")
     parser.add_argument("--fresh", action="store_true", help="不复用 journal 里的成绩，从头评分（旧 journal 改名为 .bak）")
     parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
-    args = parser.parse_args(argv)
+    with stop_on_signals():
+        try:
+            return _main(parser, parser.parse_args(argv))
+        except Stopped as e:          # outside the grading itself (which stops with Interrupted)
+            print(f"已中断（{signal_zh(e.signum)}），还没有开始评分或结果已经写完。", file=sys.stderr)
+            return e.exit_code
+
+
+def _main(parser, args) -> int:
+    def fail(message: str, code: int) -> int:
+        return report_error(message, code, args.json)
+
     try:
         workers = _positive_int(args.workers or os.environ.get("WORKERS", "2"))
     except argparse.ArgumentTypeError as e:
         parser.error(f"{'--workers' if args.workers else '环境变量 WORKERS'} {e}")
+    if args.exercise is not None:
+        from .exercises import EXERCISES
+        if args.exercise not in EXERCISES:
+            return fail(f"未知练习 {args.exercise!r}；可选：{'、'.join(EXERCISES)}", EXIT_USAGE)
     paths = args.paths or sorted(glob.glob(os.path.join("nbgrader", "submitted", "*", "*", "*.ipynb")))
     if not paths:
-        print("没有找到要评分的提交。", file=sys.stderr)
-        return 2
+        return fail("没有找到要评分的提交。", EXIT_USAGE)
     journal = args.journal or (args.csv + ".journal.jsonl" if args.csv else None)
     for dest in (args.csv, journal):
         reason = dest and check_destination(dest)
         if reason:
-            print(f"错误：{reason}。还没有开始评分；请换一个 --csv / --journal 路径。", file=sys.stderr)
-            return 2
+            return fail(f"{reason}。还没有开始评分；请换一个 --csv / --journal 路径。", EXIT_USAGE)
+    from .grader import policy, sandbox
+
+    if not args.no_sandbox and policy.bwrap_path() is None:
+        return fail(policy.NO_SANDBOX_REFUSAL, EXIT_GRADER)
+    try:
+        sandbox.require_backend(_resolve_backend(args.backend))       # once, before any worker starts
+        sandbox.sweep_stale()               # folders of gradings whose process was killed
+        sandbox.check_space()
+    except sandbox.GraderProblem as e:
+        return fail(f"{e}。还没有开始评分。", EXIT_GRADER)
     resume = f"用相同的命令重新运行会从这里继续（{journal}）。" if journal else "没有 journal（--csv 或 --journal），重新运行会从头评分。"
+    retired: list[str] = []
+
+    def started() -> None:               # the journal is ours now: no other batch writes this CSV
+        if args.csv:
+            prev = _retire(args.csv)
+            if prev:
+                retired.append(prev)
+                print(f"上一次的 {args.csv} 已改名为 {prev}：本次评分结束（或中断）时写新的 CSV", file=sys.stderr)
+
     try:
         rows = grade_many(paths, workers=workers, exercise=args.exercise, backend=args.backend, scale=args.scale,
                           timeout_s=args.timeout, sandbox="off" if args.no_sandbox else "require",
-                          journal=journal, fresh=args.fresh)
+                          journal=journal, fresh=args.fresh, started=started)
     except BatchError as e:
-        print(f"错误：{e}", file=sys.stderr)
-        return 2
+        return fail(str(e), EXIT_USAGE)
+    except OSError as e:              # renaming the old CSV
+        return fail(f"无法改名旧的 CSV：{os_error_zh(e)}。还没有开始评分。", EXIT_USAGE)
     except Interrupted as e:
+        saved = ""
         try:
             _report(e.rows, args)
-        except KeyboardInterrupt:
-            pass                     # a second Ctrl-C: the journal still holds every finished row
-        saved = f"已完成的成绩已写入 {args.csv}。" if args.csv else ""
-        print(f"已中断（{signal.Signals(e.signum).name}）：本次评了 {e.graded} 份，共完成 {len(e.rows)}/{len(paths)} 份，"
+            if args.csv:
+                saved = f"已完成的 {len(e.rows)} 份成绩已写入 {args.csv}（不完整：缺 {e.remaining} 份）。"
+        except Stopped:
+            saved = f"已完成的成绩都在 {journal} 里（CSV 没有写完）。" if journal else ""
+        except OSError as err:
+            saved = f"CSV 没有写成（{os_error_zh(err)}），已完成的成绩都在 {journal} 里。"
+        print(f"已中断（{signal_zh(e.signum)}）：本次评了 {e.graded} 份，共完成 {len(e.rows)}/{len(paths)} 份，"
               f"还剩 {e.remaining} 份没评。{saved}{resume}", file=sys.stderr)
-        return 128 + e.signum
-    except KeyboardInterrupt:        # before grade_many catches the signals itself
-        print(f"已中断。{resume}", file=sys.stderr)
-        return 130
+        return signal_exit_code(e.signum)
     try:
         _report(rows, args)
-    except KeyboardInterrupt:
-        print(f"已中断。{resume}", file=sys.stderr)
-        return 130
+    except Stopped as e:
+        print(f"已中断（{signal_zh(e.signum)}）：成绩都已评完并在 {journal or '内存'} 里，CSV 可能没有写完。{resume}",
+              file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        print(f"错误：无法写入 CSV {os_error_zh(e)}。成绩都在 {journal} 里：换一个 --csv 重新运行即可（不会重新评分）。",
+              file=sys.stderr)
+        return EXIT_GRADER
     if args.csv:
         print(f"已写入 {args.csv}（{len(rows)} 行）", file=sys.stderr)
-    return 1 if any(r.get("category") == "grader_error" for r in rows) else 0
+    errors = sum(1 for r in rows if r.get("category") == "grader_error")
+    if errors:
+        print(f"有 {errors} 份是评分器出错（不是学员的问题，没有给分）：原因见 reason 列；解决后用相同的命令重跑，只重评这几份。",
+              file=sys.stderr)
+        return EXIT_GRADER
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -6,14 +6,25 @@
     vramlab bench [--json]
     vramlab trace    --model tiny --batch 2 --seq 64 --out trace.json        (timeline for the website's viewer)
     vramlab trace    --from-cuda-snapshot snapshot.pickle --out trace.json
+    vramlab plan     --config path/to/config.json --card 24GiB [--gpus N] [--seq S] [--global-batch B]
+    (estimate, measure and trace take --config PATH too: a local Hugging Face config.json instead of --model)
+
+Every failure is a Chinese message on stderr, no traceback, and an exit code of its own
+(vramlab/errors.py: 2 bad arguments, 3 unreadable submission, 4 the grader or this machine cannot
+do it, 5 out of memory, 128+N a stop signal); with `--json`, one JSON error object on stdout too:
+{"error": KIND, "message": ..., "exit_code": N}. Every parser here is a ChineseArgumentParser:
+argparse's own words (usage, errors, help) are Chinese as well.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 
+from .errors import (EXIT_FAILED, EXIT_GRADER, EXIT_MEMORY, EXIT_UNREADABLE, EXIT_USAGE, Interrupted, describe,
+                     os_error_zh, signal_zh, stop_on_signals)
 from .units import fmt_bytes, mib
 from .workload import ATTENTION, CHECKPOINTING, OPTIMIZERS, PRECISIONS, Workload, WorkloadError
 
@@ -24,66 +35,150 @@ CATEGORY_ZH = {
 }
 
 
+ERROR_KINDS = {EXIT_FAILED: "failed", EXIT_USAGE: "bad_arguments", EXIT_UNREADABLE: "unreadable_submission",
+               EXIT_GRADER: "grader_error", EXIT_MEMORY: "out_of_memory"}
+
+
 class CliError(Exception):
-    """A user-facing failure: printed in Chinese, exit code 2, no traceback."""
+    """A user-facing failure: printed in Chinese, no traceback; exit code `code` (default 2)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def report_error(message: str, code: int, as_json: bool = False, kind: str | None = None, **context) -> int:
+    """Print a failure (Chinese, stderr; with `as_json` also one JSON object on stdout); returns `code`."""
+    print(f"错误：{message}", file=sys.stderr)
+    if as_json:
+        doc = {"error": kind or ERROR_KINDS.get(code, "failed"), "message": message, "exit_code": code, **context}
+        print(json.dumps(doc, ensure_ascii=False), flush=True)
+    return code
+
+
+class ChineseHelpFormatter(argparse.HelpFormatter):
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups, "用法：" if prefix is None else prefix)
 
 
 class ChineseArgumentParser(argparse.ArgumentParser):
+    """argparse in Chinese: usage, section titles, -h and every error message; `--json` on the
+    command line also gets the error as one JSON object on stdout. Exit code 2."""
+
     _PATTERNS = [
         (r"argument command: invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "未知子命令 {0!r}，可选：{1}"),
         (r"argument (\S+): invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "参数 {0} 的取值 {1!r} 无效，可选：{2}"),
         (r"argument (\S+): invalid (int|float) value: '(.*)'", "参数 {0} 需要{1}，收到 {2!r}"),
+        (r"argument (\S+): invalid (\S+) value: '(.*)'", "参数 {0} 的取值 {2!r} 无效"),
         (r"argument (\S+): expected one argument", "参数 {0} 后面需要一个值"),
+        (r"argument (\S+): expected at most one argument", "参数 {0} 最多接受一个值"),
+        (r"argument (\S+): expected at least one argument", "参数 {0} 后面至少需要一个值"),
+        (r"argument (\S+): expected (\d+) arguments?", "参数 {0} 后面需要 {1} 个值"),
+        (r"argument (\S+): not allowed with argument (\S+)", "参数 {0} 不能和 {1} 同时使用"),
+        (r"argument (\S+): ignored explicit argument '(.*)'", "参数 {0} 不接受值，收到 {1!r}"),
+        (r"ambiguous option: (\S+) could match (.*)", "参数 {0} 不明确，可能是：{1}"),
+        (r"one of the arguments (.*) is required", "需要以下参数之一：{0}"),
         (r"unrecognized arguments: (.*)", "无法识别的参数：{0}"),
         (r"the following arguments are required: (.*)", "缺少必需参数：{0}"),
+        (r"argument (\S+): (.*)", "参数 {0}：{1}"),            # a type's own (Chinese) message
     ]
 
-    def error(self, message):
-        for pattern, zh in self._PATTERNS:
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", ChineseHelpFormatter)
+        add_help = kwargs.pop("add_help", True)
+        super().__init__(*args, add_help=False, **kwargs)
+        self._positionals.title = "位置参数"
+        self._optionals.title = "选项"
+        if add_help:
+            self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help="显示这段帮助并退出")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    @classmethod
+    def translate(cls, message: str) -> str:
+        for pattern, zh in cls._PATTERNS:
             m = re.search(pattern, message)
             if m:
                 groups = [{"int": "整数", "float": "数字"}.get(g, g) for g in m.groups()]
-                message = zh.format(*groups)
-                break
+                return zh.format(*groups)
+        return message
+
+    def error(self, message):
+        message = self.translate(message)
         self.print_usage(sys.stderr)
         print(f"错误：{message}（用 -h 查看帮助）", file=sys.stderr)
-        sys.exit(2)
+        if "--json" in getattr(self, "_argv", ()):
+            print(json.dumps({"error": "bad_arguments", "message": message, "exit_code": EXIT_USAGE}, ensure_ascii=False))
+        sys.exit(EXIT_USAGE)
 
 
-def _positive_int(text):
+def _int_at_least(minimum: int, what: str):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"需要{what}，收到 {text!r}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1, "正整数")
+_non_negative_int = _int_at_least(0, "非负整数")
+
+
+def _positive_seconds(text):
+    """A time limit: a finite number of seconds above 0 (0, negatives, nan and inf are refused)."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"需要正整数，收到 {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"需要正整数，收到 {text!r}")
+        raise argparse.ArgumentTypeError(f"需要秒数，收到 {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"时限必须是大于 0 的有限秒数，收到 {text!r}")
     return value
+
+
+# options of a training step: None unless given, so that --inference can refuse them (it ignores them)
+TRAINING_ONLY = {"optimizer": "adamw", "checkpointing": "none", "lora_rank": 0, "zero": 0, "gpus": 1, "accum": 1,
+                 "offload": "none", "dropout": 0.0}
 
 
 def _add_workload_flags(p):
     p.add_argument("--model", default="gpt2-small", help="模型预设（见 vramlab.models.PRESETS）")
+    p.add_argument("--config", default=None, metavar="PATH",
+                   help="本地 Hugging Face config.json（或存放它的文件夹）；给出时代替 --model，不联网")
     p.add_argument("--batch", type=_positive_int, default=8, help="micro-batch 大小")
     p.add_argument("--seq", type=_positive_int, default=512, help="序列长度")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="优化器（默认 adamw）")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--checkpointing", choices=CHECKPOINTING, default="none")
+    p.add_argument("--checkpointing", choices=CHECKPOINTING, default=None, help="激活检查点（默认 none）")
     p.add_argument("--attention", choices=ATTENTION, default="sdpa")
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lora-rank", type=int, default=0)
-    p.add_argument("--zero", type=int, default=0)
-    p.add_argument("--gpus", type=_positive_int, default=1)
-    p.add_argument("--accum", type=_positive_int, default=1, help="梯度累积步数")
-    p.add_argument("--offload", choices=("none", "activations"), default="none",
+    p.add_argument("--dropout", type=float, default=None, help="dropout 概率（默认 0）")
+    p.add_argument("--lora-rank", type=int, default=None, help="LoRA 的秩（默认 0：不用 LoRA）")
+    p.add_argument("--zero", type=int, default=None, help="ZeRO 阶段 0/1/2/3（默认 0）")
+    p.add_argument("--gpus", type=_positive_int, default=None, help="数据并行的卡数（默认 1）")
+    p.add_argument("--accum", type=_positive_int, default=None, help="梯度累积步数（默认 1）")
+    p.add_argument("--offload", choices=("none", "activations"), default=None,
                    help="activations：把反向要用的激活值存到主存（save_on_cpu）")
-    p.add_argument("--inference", action="store_true", help="只做前向推理（inference_mode）")
+    p.add_argument("--inference", action="store_true", help="只做前向推理（inference_mode）；不能与训练选项同用")
     p.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
 
 
 def _workload(args) -> Workload:
-    return Workload(model=args.model, batch=args.batch, seq=args.seq, optimizer=args.optimizer,
-                    precision=args.precision, checkpointing=args.checkpointing, attention=args.attention,
-                    dropout=args.dropout, lora_rank=args.lora_rank, zero=args.zero, gpus=args.gpus,
-                    accum=args.accum, offload=args.offload, inference=args.inference).validate()
+    if getattr(args, "config", None):            # a local config.json becomes preset cfg:<name>
+        from .hfconfig import load_config
+        args.model = load_config(args.config).name
+    given = [name for name in TRAINING_ONLY if getattr(args, name, None) is not None]
+    if args.inference and given:
+        flags = "、".join("--" + name.replace("_", "-") for name in given)
+        raise CliError(f"--inference 只做前向推理，不用 {flags}（它们只影响训练步）：去掉这些参数，或去掉 --inference")
+    train = {name: TRAINING_ONLY[name] if getattr(args, name, None) is None else getattr(args, name)
+             for name in TRAINING_ONLY}
+    return Workload(model=args.model, batch=args.batch, seq=args.seq, precision=args.precision,
+                    attention=args.attention, inference=args.inference, **train).validate()
 
 
 def _print_breakdown(title: str, total: int, breakdown: dict, notes: dict | None = None):
@@ -115,6 +210,11 @@ def cmd_measure(args):
     from .runner import measure_workload
 
     w = _workload(args)
+    if args.backend == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise _no_gpu("--backend cuda")
     if args.backend == "sim" and not args.fake:
         from .models import get_preset
         if get_preset(w.model).fake_only:
@@ -140,10 +240,30 @@ def cmd_measure(args):
     return 0
 
 
+def _no_gpu(flag: str) -> CliError:
+    return CliError(f"这台机器上没有可用的 GPU（torch.cuda.is_available() 为 False）：{flag} 需要 NVIDIA GPU 和 CUDA 版的 "
+                    "PyTorch；没有 GPU 时用 sim（模拟设备）", EXIT_GRADER)
+
+
 def cmd_calibrate(args):
     from .calibrate import calibrate, print_report
+    from .reference import reference_rows
 
-    report = calibrate(backends=args.backends, rows=args.rows)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.backends != "auto" and (not backends or any(b not in ("sim", "cuda") for b in backends)):
+        raise CliError(f"--backends 只能是 sim、cuda、sim,cuda 或 auto，收到 {args.backends!r}")
+    if "cuda" in backends:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise _no_gpu("--backends cuda")
+    if args.rows is not None:
+        known = [r.name for r in reference_rows()]
+        wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
+        unknown = [r for r in wanted if r not in known]
+        if unknown or not wanted:
+            raise CliError(f"--rows 里有未知的配置名：{', '.join(unknown) or '（空）'}；可选：{', '.join(known)}")
+    report = calibrate(backends=args.backends if args.backends == "auto" else ",".join(backends), rows=args.rows)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
@@ -158,32 +278,74 @@ def cmd_bench(args):
     return 0
 
 
+def _check_out(path) -> None:
+    """Refuse an --out that cannot be written, before any work: a folder, a missing folder."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"--out {p} 是一个文件夹：请给出一个文件名，例如 {p / 'trace.json'}")
+    if not p.parent.is_dir():
+        raise CliError(f"--out 的文件夹 {p.parent} 不存在：请先创建它，或换一个路径")
+
+
+def _load_snapshot(path) -> dict:
+    import pickle
+
+    from .trace.cuda import load_snapshot
+
+    try:
+        snap = load_snapshot(path)
+    except OSError as e:
+        raise CliError(f"无法读取快照 {os_error_zh(e)}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError) as e:
+        raise CliError(f"{path} 不是 torch.cuda.memory._dump_snapshot() 保存的快照（无法按 pickle 读取）") from None
+    if not isinstance(snap, dict) or "segments" not in snap:
+        raise CliError(f"{path} 不是 torch.cuda.memory._dump_snapshot() 保存的快照（缺少 segments）")
+    return snap
+
+
 def cmd_trace(args):
     from pathlib import Path
 
     from .trace.__main__ import write
 
+    _check_out(args.out)
     if args.from_cuda_snapshot:
-        from .trace.cuda import from_snapshot, load_snapshot
-        trace = from_snapshot(load_snapshot(args.from_cuda_snapshot), device=args.device,
-                              title=Path(args.from_cuda_snapshot).name)
+        from .trace.cuda import from_snapshot
+        try:
+            trace = from_snapshot(_load_snapshot(args.from_cuda_snapshot), device=args.device,
+                                  title=Path(args.from_cuda_snapshot).name)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise CliError(f"快照 {args.from_cuda_snapshot} 的内容不完整，无法转换（{describe(e)}）") from None
     else:
         from .trace.sim import record_workload
         w = _workload(args)
         if w.zero or w.gpus > 1:
             raise CliError("trace 在单个进程里运行，不能模拟 --zero/--gpus")
         trace = record_workload(w, steps=args.steps, title=f"{w.model}，batch {w.batch}，seq {w.seq}")
-    write(trace, Path(args.out))
+    try:
+        write(trace, Path(args.out))
+    except OSError as e:
+        raise CliError(f"无法写入 {os_error_zh(e)}", EXIT_FAILED) from None
     peak = trace["peak"]
     print(f"已写入 {args.out}：峰值 {fmt_bytes(peak['bytes'])}，出现在 {peak['op']} @ {peak['module']}。"
           f"在课程网站的“显存时间线”页面点“打开文件”即可查看。")
     return 0
 
 
+def cmd_plan(args):
+    from .plan import run
+
+    return run(args)
+
+
 def cmd_tutorials(args):
     from .tutorials import main as tutorials_main
 
-    return tutorials_main([args.action] + (["--only", args.only] if args.only else []))
+    return tutorials_main([args.action] + (["--only", args.only] if args.only is not None else [])
+                          + (["--jobs", str(args.jobs)] if args.jobs is not None else [])
+                          + (["--stale"] if args.stale else []))
 
 
 def build_parser():
@@ -214,31 +376,75 @@ def build_parser():
     tr.add_argument("--device", type=int, default=0, help="快照里的 GPU 序号")
     tr.add_argument("--out", required=True, help="输出的 JSON 文件")
     tr.set_defaults(func=cmd_trace)
+    pl = sub.add_parser("plan", help="在给定显卡上规划微调：搜索装得下的组合，按步时排序，并在模拟设备上验证")
+    from .plan import add_arguments as _plan_arguments; _plan_arguments(pl)  # noqa: E702
+    pl.set_defaults(func=cmd_plan)
+    ev = sub.add_parser("evidence", add_help=False,
+                        help="一条命令收集证据：校准、评每道练习的参考答案和起始代码、执行教程（GPU 上用 scripts/gpu_evidence.sh）")
+    ev.add_argument("rest", nargs=argparse.REMAINDER)     # vramlab/evidence.py parses (and explains) its own options
+    ev.set_defaults(func=lambda args: __import__("vramlab.evidence", fromlist=["main"]).main(args.rest))
     t = sub.add_parser("tutorials", help="执行全部教程（run）或检查网页上的输出是否过期（check）")
     t.add_argument("action", choices=("run", "check", "list"))
     t.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
+    t.add_argument("--jobs", type=_positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
+    t.add_argument("--stale", action="store_true", help="run 时只执行输出已过期的教程")
     t.set_defaults(func=cmd_tutorials)
     from .grader.cli import add_commands; add_commands(sub)  # noqa: E702
     return p
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (WorkloadError, CliError, ValueError, KeyError) as e:
-        msg = e.args[0] if e.args else str(e)
-        print(f"错误：{msg}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:
-        if "out of memory" in str(e).lower():
-            print(f"错误：显存不足——{e}", file=sys.stderr)
-            return 3
-        print(f"错误：运行失败：{e}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("错误：本机内存不够运行这个工作负载：请加 --fake 或换更小的 --model/--batch/--seq", file=sys.stderr)
-        return 3
+    """Run one subcommand. Stop signals (Ctrl-C, SIGTERM, SIGHUP) end it cleanly: the gradings'
+    processes are killed and their folders removed, a Chinese line says so, exit 128+N."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["evidence"]:            # its own parser: options before the folder, -h, --help
+        from .evidence import main as evidence_main
+        return evidence_main(argv[1:])
+    with stop_on_signals():
+        try:
+            args = build_parser().parse_args(argv)
+        except Interrupted as e:
+            print(f"已中断（{signal_zh(e.signum)}）。", file=sys.stderr)
+            return e.exit_code
+        as_json = bool(getattr(args, "json", False))
+        try:
+            return args.func(args)
+        except Interrupted as e:
+            return _interrupted(e, as_json)
+        except CliError as e:
+            return report_error(str(e), e.code, as_json)
+        except (WorkloadError, ValueError, KeyError) as e:
+            return report_error(describe(e), EXIT_USAGE, as_json)
+        except MemoryError:
+            return report_error("本机内存不够运行这个工作负载：请加 --fake 或换更小的 --model/--batch/--seq", EXIT_MEMORY, as_json)
+        except OSError as e:
+            return report_error(f"运行失败：{os_error_zh(e)}", EXIT_FAILED, as_json)
+        except RuntimeError as e:
+            from .grader.core import GraderError
+
+            if isinstance(e, GraderError):
+                return report_error(str(e), EXIT_GRADER, as_json)
+            if "out of memory" in str(e).lower():
+                return report_error(f"显存不足——{e}", EXIT_MEMORY, as_json)
+            return report_error(f"运行失败：{e}", EXIT_FAILED, as_json)
+
+
+def _interrupted(e: Interrupted, as_json: bool) -> int:
+    """Kill what the command started (the gradings' children, in their own sessions), wait until
+    their folders are gone, then say so."""
+    import sys as _sys
+
+    sandbox = _sys.modules.get("vramlab.grader.sandbox")
+    done = ""
+    if sandbox is not None:              # a grading command: say what became of its processes
+        sandbox.abort_all()
+        left = sandbox.active_runs()
+        done = f"，还有 {left} 个评分进程在收尾" if left else "，评分进程已结束，临时文件已删除"
+    message = f"已中断（{signal_zh(e.signum)}）{done}：没有给出结果。"
+    print(message, file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": "interrupted", "message": message, "exit_code": e.exit_code}, ensure_ascii=False))
+    return e.exit_code
 
 
 if __name__ == "__main__":

@@ -330,7 +330,11 @@ def _saved_bert_block(w, p, d, n, train, drop, saved):
     if train:   # q, k, v Linears share the input; under autocast each casts its own 16-bit copy
         saved.append(("q/k/v input", n * h * (3 * d.act if w.mixed else d.res)))
     else:
-        saved += [("block input", n * h * d.res), ("lora_A input", n * h * d.lora_in)]
+        # the frozen q/k/v Linears keep only their weights; the LoRA A matrices keep x, which peft
+        # casts to the fp32 adapter in each adapted layer (query, value): one copy per target,
+        # unless x is fp32 already (then both keep x itself)
+        copies = 1 if w.precision == "fp32" else len(LORA_TARGETS["bert"])
+        saved.append(("lora_A inputs", copies * n * h * d.lora_in))
     saved += _saved_attention(w, p, d, n, o_trainable=train)
     if drop:
         saved.append(("attn out dropout mask", n * h))

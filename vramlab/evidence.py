@@ -281,6 +281,9 @@ def main(argv=None) -> int:
     except EvidenceError as e:
         print(f"错误：{e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("已中断：没有写出 evidence.json（已写出的教程 notebook 留在 OUTDIR/tutorials）。", file=sys.stderr)
+        return 130
     bad = [r for r in report["gradings"] if not r.get("agrees")]
     print(f"写好了 {out / 'evidence.json'} 和 {out / 'summary.md'}；{len(bad)} 次评分与预期不一致"
           f"（用时 {report['seconds']:.0f} s）")

@@ -22,7 +22,6 @@ Generation is deterministic (fixed cell ids, sorted JSON, no timestamps), so CI 
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import filecmp
 import json
@@ -391,7 +390,9 @@ def check(ids=None) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vramlab.notebooks",
+    from .cli import ChineseArgumentParser
+
+    parser = ChineseArgumentParser(prog="python -m vramlab.notebooks",
                                      description="从练习规格生成 nbgrader 源 notebook（solutions/）和学员 notebook（exercises/）")
     parser.add_argument("ids", nargs="*", help="练习编号（默认全部）")
     parser.add_argument("--release", action="store_true", help="再运行 nbgrader generate_assignment，更新 exercises/")

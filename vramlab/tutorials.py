@@ -106,7 +106,8 @@ def package_sha256(text: str) -> str:
     h = hashlib.sha256()
     data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
             and "__pycache__" not in p.parts
-            and "evidence" not in p.relative_to(PACKAGE).parts]     # graded evidence: read by the site only
+            and "evidence" not in p.relative_to(PACKAGE).parts      # graded evidence: read by the site only
+            and "configs" not in p.relative_to(PACKAGE).parts]      # sample config.json files: read by --config / plan only
     for path in sorted(set(import_closure(text)) | set(data)):
         h.update(str(path.relative_to(PACKAGE)).encode())
         h.update(path.read_bytes())
@@ -176,15 +177,24 @@ def stale(source: Path) -> str | None:
 
 
 def main(argv=None) -> int:
-    import argparse
+    from .cli import ChineseArgumentParser, _positive_int
 
-    p = argparse.ArgumentParser(prog="vramlab tutorials", description="执行教程并检查输出是否过期")
+    p = ChineseArgumentParser(prog="vramlab tutorials", description="执行教程并检查输出是否过期")
     p.add_argument("action", choices=("run", "check", "list"))
     p.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
-    p.add_argument("--jobs", type=int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
+    p.add_argument("--jobs", type=_positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
     p.add_argument("--stale", action="store_true", help="run 时只执行输出已过期的教程")
     args = p.parse_args(argv)
-    chosen = [s for s in sources() if not args.only or s.stem in args.only.split(",")]
+    chosen = sources()
+    if args.only is not None:                # a chapter that has no tutorial is a mistake, not "nothing to do"
+        wanted = [c.strip() for c in args.only.split(",") if c.strip()]
+        known = [s.stem for s in chosen]
+        unknown = [c for c in wanted if c not in known]
+        if unknown or not wanted:
+            print(f"错误：没有这些章节的教程：{', '.join(unknown) or '（空）'}；可选：{', '.join(known)}",
+                  file=sys.stderr)
+            return 2
+        chosen = [s for s in chosen if s.stem in wanted]
     if args.action == "list":
         for s in chosen:
             print(s.relative_to(ROOT), "->", output_for(s).relative_to(ROOT))

@@ -57,7 +57,8 @@ def fit_verdict(total_bytes: int, card_gb: int) -> str:
 
 def calculator_data() -> dict:
     return {
-        "presets": {name: _preset(p) for name, p in PRESETS.items()},
+        # cfg:* are config.json files registered at run time (vramlab.hfconfig), not presets
+        "presets": {name: _preset(p) for name, p in PRESETS.items() if not name.startswith("cfg:")},
         "choices": {"optimizer": list(OPTIMIZERS), "precision": list(PRECISIONS),
                     "checkpointing": list(CHECKPOINTING), "attention": list(ATTENTION), "offload": list(OFFLOAD)},
         "keys": list(E.KEYS), "phases": list(E.PHASES), "category_zh": CATEGORY_ZH,
@@ -65,6 +66,28 @@ def calculator_data() -> dict:
         "dtype_bytes": dict(E.DTYPE_BYTES), "cublas_workspace_bytes": E.CUBLAS_WORKSPACE_BYTES,
         "lora_targets": {k: list(v) for k, v in E.LORA_TARGETS.items()},
         "cards_gb": list(CARDS_GB), "context_reserve_bytes": CONTEXT_RESERVE_BYTES,
+        "plan": plan_data(),
+    }
+
+
+def plan_data() -> dict:
+    """What docs/assets/calculator/plan.js needs to run `vramlab plan`'s search in the browser."""
+    from dataclasses import asdict
+
+    from . import hfconfig as H
+    from . import plan as P
+
+    samples = {}
+    for path in H.sample_configs():
+        samples[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "hardware": asdict(P.Hardware()), "context_bytes": P.CONTEXT_BYTES,
+        "allocator_overhead": P.allocator_overhead(), "pareto_step": P.PARETO_STEP, "nf4_bytes": P.NF4_BYTES,
+        "precisions": list(P.PRECISIONS), "methods": list(P.METHODS),
+        "method_zh": P.METHOD_ZH, "precision_zh": P.PRECISION_ZH, "optimizer_zh": P.OPTIMIZER_ZH,
+        "ckpt_zh": P.CKPT_ZH, "families": H.FAMILIES, "architectures": H._ARCH, "required": H.REQUIRED,
+        "family_zh": H.FAMILY_ZH, "supported_zh": H.SUPPORTED_ZH, "max_pos_default": H._MAX_POS_DEFAULT,
+        "samples": samples,
     }
 
 

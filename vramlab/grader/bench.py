@@ -15,9 +15,9 @@ its time once.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,7 +55,8 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
                    "category": r["category"], "seconds": round(seconds, 2), "peak_bytes": r["peak_bytes"],
                    "baseline_peak_bytes": r["baseline_peak_bytes"], "ratio": r["ratio"],
                    "target_ratio": spec.target_ratio, "reason": r["reason"], "sandboxed": r.get("sandboxed"),
-                   "observed_excess_bytes": r.get("observed_excess_bytes"), "cold_seconds": None}
+                   "observed_excess_bytes": r.get("observed_excess_bytes"), "cold_seconds": None,
+                   "cpu_seconds": r.get("cpu_seconds")}
             if compare:
                 _, cold = _grade(spec, src, scale, backend, sandbox, cold=True)
                 row["cold_seconds"] = round(cold, 2)
@@ -79,11 +80,12 @@ def _print_row(row: dict) -> None:
     ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "  -  "
     excess = row["observed_excess_bytes"]
     seen = f"{excess / 2**20:+6.1f} MiB" if excess is not None else "    -    "
+    cpu = f"（学员代码 CPU {row['cpu_seconds']:5.2f} s）" if row.get("cpu_seconds") is not None else ""
     cold = f"  以前的做法 {row['cold_seconds']:5.1f} s（{row['cold_seconds'] / row['seconds']:4.1f} 倍）" \
         if row["cold_seconds"] else ""
     print(f"{row['exercise']:<22} {row['code']:<8} {'通过' if row['passed'] else '未通过':<4} 峰值 {mib:8.1f} MiB  "
           f"起始 {base:8.1f} MiB  比值 {ratio}  目标 {row['target_ratio']:.2f}  进程外读数差 {seen}  "
-          f"耗时 {row['seconds']:5.2f} s{cold}", flush=True)
+          f"耗时 {row['seconds']:5.2f} s{cpu}{cold}", flush=True)
 
 
 def _summary(rows: list[dict]) -> None:
@@ -93,6 +95,9 @@ def _summary(rows: list[dict]) -> None:
             continue
         line = (f"{ranks} 个进程的练习（{len(secs)} 次评分）：中位数 {statistics.median(secs):.2f} s，"
                 f"最长 {max(secs):.2f} s（目标中位数 ≤ {GOAL_S[ranks]:.0f} s）")
+        cpu = [r["cpu_seconds"] for r in rows if r["ranks"] == ranks and r.get("cpu_seconds") is not None]
+        if cpu:     # not slowed by other load on the machine: what the gradings themselves cost
+            line += f"；学员代码的 CPU 时间合计 {sum(cpu):.1f} s，中位数 {statistics.median(cpu):.2f} s"
         cold = [r["cold_seconds"] for r in rows if r["ranks"] == ranks and r["cold_seconds"]]
         if cold:
             line += f"；以前的做法中位数 {statistics.median(cold):.2f} s，快了 {statistics.median(cold) / statistics.median(secs):.1f} 倍"
@@ -146,19 +151,13 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
     return result
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m vramlab.grader.bench")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--scale", default="ci")
-    p.add_argument("--starters", action="store_true")
-    p.add_argument("--only", help="逗号分隔的练习编号")
-    p.add_argument("--no-sandbox", action="store_true")
-    p.add_argument("--compare", action="store_true")
-    p.add_argument("--class-size", type=int, default=0)
-    a = p.parse_args(argv)
-    run(as_json=a.json, scale=a.scale, measure_starters=a.starters, only=a.only.split(",") if a.only else None,
-        sandbox="off" if a.no_sandbox else "auto", compare=a.compare, class_size=a.class_size)
+def main(argv=None) -> int:
+    """`python -m vramlab.grader.bench ARGS` = `vramlab grade-bench ARGS`: the same Chinese errors,
+    exit codes and clean stop on Ctrl-C / SIGTERM / SIGHUP (vramlab/cli.py)."""
+    from ..cli import main as cli_main
+
+    return cli_main(["grade-bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

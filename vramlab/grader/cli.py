@@ -1,8 +1,19 @@
-"""Subcommands `vramlab exercises`, `vramlab grade` and `vramlab grade-bench`."""
+"""Subcommands `vramlab exercises`, `vramlab grade` and `vramlab grade-bench`.
+
+`vramlab grade` exits 0 once the submission is graded (whatever the score), 2 for bad arguments
+(an unknown exercise, a bad --timeout), 3 when the submission cannot be read (missing, a folder,
+empty, binary, not a notebook), 4 when this machine or the grader cannot grade (no GPU for
+--backend cuda, a full temp disk, no sandbox with --sandbox require, a grader failure) and 128+N
+when a stop signal ends it (its gradings' processes killed, their folders removed). With --json
+it prints one JSON object on stdout either way: the result, or {"error": ..., "message": ...,
+"exit_code": ..., "exercise": ..., "path": ...}.
+"""
 from __future__ import annotations
 
 import json
+import stat
 import sys
+from pathlib import Path
 
 
 def cmd_exercises(args):
@@ -20,14 +31,64 @@ def cmd_exercises(args):
     return 0
 
 
-def cmd_grade(args):
-    from ..exercises import get_exercise
-    from .core import grade_file
-    from .report import format_result
+def unreadable(path) -> str | None:
+    """Why the file at `path` cannot be a submission (Chinese), or None: missing, a folder, not a
+    regular file, unreadable, empty, not UTF-8 text, or (.ipynb) not a notebook."""
+    from ..errors import os_error_zh
 
-    get_exercise(args.exercise)          # unknown id: KeyError -> exit 2 with the Chinese message
-    result = grade_file(args.exercise, args.path, backend=args.backend, scale=args.scale,
-                        timeout_s=args.timeout, sandbox="off" if args.no_sandbox else args.sandbox)
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return f"找不到提交的文件 {p}"
+    except OSError as e:
+        return f"无法读取提交的文件 {os_error_zh(e)}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{p} 是一个文件夹，不是提交的文件：请给出其中的 .ipynb 或 .py 文件"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{p} 不是普通文件"
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        return f"无法读取提交的文件 {os_error_zh(e)}"
+    if not raw.strip():
+        return f"提交的文件 {p} 是空的"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"提交的文件 {p} 不是 UTF-8 文本（可能是二进制文件或压缩包）"
+    if p.suffix == ".ipynb":
+        try:
+            nb = json.loads(text)
+        except ValueError:
+            return f"{p} 不是合法的 notebook（不是 JSON）：请在 Jupyter 里重新保存，或从 exercises/ 重新复制一份"
+        if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+            return f"{p} 不是 Jupyter notebook（缺少 cells 字段）"
+    return None
+
+
+def cmd_grade(args):
+    from ..cli import report_error
+    from ..errors import EXIT_GRADER, EXIT_UNREADABLE, EXIT_USAGE, describe
+    from ..exercises import get_exercise
+    from .core import GraderError, grade_file
+    from .report import format_result
+    from .sandbox import GraderProblem, require_backend
+
+    where = {"exercise": args.exercise, "path": args.path}
+    try:
+        get_exercise(args.exercise)
+    except KeyError as e:
+        return report_error(describe(e), EXIT_USAGE, args.json, **where)
+    reason = unreadable(args.path)
+    if reason:
+        return report_error(reason, EXIT_UNREADABLE, args.json, **where)
+    try:
+        require_backend(args.backend)         # before any child starts: said once, not per run
+        result = grade_file(args.exercise, args.path, backend=args.backend, scale=args.scale,
+                            timeout_s=args.timeout, sandbox="off" if args.no_sandbox else args.sandbox)
+    except (GraderError, GraderProblem) as e:
+        return report_error(str(e), EXIT_GRADER, args.json, **where)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
@@ -38,13 +99,28 @@ def cmd_grade(args):
 def cmd_grade_bench(args):
     from .bench import run
 
+    only = _exercise_ids(args.only) if args.only is not None else None
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
-        only=args.only.split(",") if args.only else None, sandbox="off" if args.no_sandbox else "auto",
+        only=only, sandbox="off" if args.no_sandbox else "auto",
         compare=args.compare, class_size=args.class_size)
     return 0
 
 
+def _exercise_ids(text: str) -> list[str]:
+    """Comma-separated exercise ids, each a known one (else a Chinese CliError, exit 2)."""
+    from ..cli import CliError
+    from ..exercises import EXERCISES
+
+    ids = [i.strip() for i in text.split(",") if i.strip()]
+    unknown = [i for i in ids if i not in EXERCISES]
+    if unknown or not ids:
+        raise CliError(f"未知练习 {', '.join(unknown) or '（空）'}；可选：{'、'.join(EXERCISES)}")
+    return ids
+
+
 def add_commands(sub):
+    from ..cli import _non_negative_int, _positive_seconds
+
     e = sub.add_parser("exercises", help="列出评分练习（编号、函数、目标、分值、notebook 路径）")
     e.add_argument("--json", action="store_true", help="输出 JSON")
     e.set_defaults(func=cmd_exercises)
@@ -54,7 +130,7 @@ def add_commands(sub):
     g.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
     g.add_argument("--backend", choices=("sim", "cuda"), default="sim")
     g.add_argument("--scale", choices=("ci", "gpu"), default="ci")
-    g.add_argument("--timeout", type=float, default=None, help="提交代码的运行时限（秒）")
+    g.add_argument("--timeout", type=_positive_seconds, default=None, help="提交代码的运行时限（秒，大于 0；默认按规模 120 或 600）")
     g.add_argument("--sandbox", choices=("auto", "require"), default="auto",
                    help="auto（默认）：有 bubblewrap 就在操作系统沙箱里运行，没有就警告；require：没有沙箱就拒绝评分（正式评分用）")
     g.add_argument("--no-sandbox", action="store_true", help="不用沙箱（只在信任提交者时使用）")
@@ -67,10 +143,11 @@ def add_commands(sub):
     b.add_argument("--no-sandbox", action="store_true", help="不用操作系统沙箱（对比沙箱的开销）")
     b.add_argument("--compare", action="store_true",
                    help="同时按以前的做法（每次新起解释器、每次重测起始代码）评一次，打印两者之比")
-    b.add_argument("--class-size", type=int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
+    b.add_argument("--class-size", type=_non_negative_int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
     b.set_defaults(func=cmd_grade_bench)
 
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "unreadable"]
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("用 `vramlab exercises|grade|grade-bench`")
+    print("用法：vramlab exercises|grade|grade-bench（这个模块本身不是命令）", file=sys.stderr)
+    sys.exit(2)

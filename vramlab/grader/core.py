@@ -20,7 +20,7 @@ import threading
 import time
 
 from . import baselines, observer, policy
-from .sandbox import ChildRun, run_job
+from .sandbox import ChildRun, GraderProblem, run_job
 from .kinds import get_kind
 from .kinds.common import CATEGORY_ZH, BaselineBroken, fail as _fail, scale_settings  # noqa: F401 (CATEGORY_ZH: re-exported)
 from ..units import GiB, fmt_bytes
@@ -146,6 +146,8 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
                                  "你的写法是不是只对题目给出的形状或数字成立？")
             break
         result["hidden_passed"] = i
+        if result.get("cpu_seconds") is not None and case.get("cpu_seconds") is not None:
+            result["cpu_seconds"] = round(result["cpu_seconds"] + case["cpu_seconds"], 3)
         result.setdefault("hidden_ratios", []).append(case["ratio"])     # for the margin tests, not shown
         result["baseline_cached"] = result.get("baseline_cached") and case.get("baseline_cached")
     result["seconds"] = round(time.perf_counter() - t_start, 2)
@@ -204,9 +206,10 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
             baselines.store(base_key, runs["baseline"])
     for run in runs.values():
         if isinstance(run, Exception):
-            raise GraderError(f"评分器本身出错了：{type(run).__name__}: {run}") from run
+            raise GraderError(_grader_failure_zh(run)) from run
     base, sub = runs["baseline"], runs["submission"]
     result["baseline_cached"] = cached is not None
+    result["cpu_seconds"] = sub.cpu_seconds        # the learner's run only: grade-bench's load-free cost
     bp = base.payload
     result["baseline_peak_bytes"] = bp.get("peak_bytes")
     result["baseline_step_seconds"] = bp.get("step_seconds")
@@ -215,6 +218,14 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
     if failed:
         return failed
     return _judged(kind, spec, result, bp, sub.payload)
+
+
+def _grader_failure_zh(e: Exception) -> str:
+    """A run that could not be made, in Chinese: this machine's problem (a full disk, no GPU: its
+    own message says what to do) or the grader's; never the learner's."""
+    from ..errors import describe
+
+    return str(e) if isinstance(e, GraderProblem) else f"评分器本身出错了：{describe(e)}"
 
 
 def _check_trusted(base: ChildRun) -> None:

@@ -13,9 +13,19 @@ limits, and speaks a small protocol with each rank over its own pair of pipes:
 When every rank is done (or one fails, or time runs out) the whole sandbox is killed; only then
 are the result files read. They are the learner's claims: sandbox.py checks their shape, core.py
 and the kind's judge decide what they are worth.
+
+Faults of the grading machine are not the learner's (`GraderProblem`, a Chinese message, never a
+score): the temp disk is checked for free space before a run, and a result that is missing or
+unreadable while that disk is (nearly) full, or a write that failed for want of space, is a full
+disk, not a forged or crashed submission. Every run is tracked until its processes are killed and
+its folder removed: `abort_all()` ends them at once (a stop signal, see vramlab/errors.py), and
+each grading folder names its owner process, so that a folder left by a process that was killed
+(SIGKILL, power loss) is removed by the next grading on this machine (`sweep_stale`).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import selectors
@@ -24,16 +34,191 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import observer, policy, slots
-from ..units import MiB
+from ..units import MiB, fmt_bytes
 
 OUTPUT_LIMIT = 64 * MiB
 RANK_GRACE_S = 20.0        # how long the other ranks may take to say done after the first one did
 RESULT_LIMIT = 8 * MiB
+# free space the temp disk must have before a run: a learner may write OUTPUT_LIMIT to stdout alone
+MIN_FREE_BYTES = int(float(os.environ.get("VRAMLAB_MIN_FREE_MIB", "64") or 0) * MiB)
+TEMP_PREFIXES = ("vramlab-grade-", "vramlab-slot-", "vramlab-batch-", "vramlab-autograde-")
+OWNER_FILE = "owner"
+STALE_AGE_S = 60.0          # a younger folder may be between its creation and its owner's record
+UNOWNED_AGE_S = 86400.0     # a folder without an owner record (an older vramlab's): only after a day
+
+
+class GraderProblem(RuntimeError):
+    """This machine cannot grade now (a full temp disk, no GPU for a cuda grading): never the
+    learner's fault. The message (Chinese) says what to do; core.py reports it as a GraderError."""
+
+
+def _free_bytes(folder) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def disk_full_zh(folder, free: int | None) -> str:
+    left = f"只剩 {fmt_bytes(free)} 可用" if free is not None else "空间不足"
+    return (f"评分用的临时磁盘（{folder}）{left}，评分需要至少 {fmt_bytes(max(MIN_FREE_BYTES, RESULT_LIMIT))}："
+            "这不是提交的问题，没有给分。请清理磁盘，或把 TMPDIR 指到空间足够的文件夹，然后重新评分")
+
+
+def check_space(folder=None) -> None:
+    """Refuse to start a run on a temp disk with less than MIN_FREE_BYTES free."""
+    folder = folder or tempfile.gettempdir()
+    free = _free_bytes(folder)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise GraderProblem(disk_full_zh(folder, free))
+
+
+_cuda_available: bool | None = None
+
+
+def require_backend(backend: str) -> None:
+    """Refuse a cuda grading on a machine without a usable GPU, before any child starts."""
+    global _cuda_available
+    if backend != "cuda":
+        return
+    if _cuda_available is None:
+        import torch
+
+        _cuda_available = bool(torch.cuda.is_available())
+    if not _cuda_available:
+        raise GraderProblem("这台机器上没有可用的 GPU（torch.cuda.is_available() 为 False）：--backend cuda 需要 NVIDIA GPU "
+                            "和 CUDA 版的 PyTorch。没有 GPU 时用 --backend sim（默认，与 notebook 里的 check() 相同）")
+
+
+# -- the runs in flight, and the folders of runs whose process was killed --------------------------
+
+_active: dict[int, object] = {}
+_active_lock = threading.Lock()
+_swept = False
+
+
+@contextlib.contextmanager
+def _tracked(kill):
+    """While the block runs, `abort_all` may call `kill` to end this run's processes."""
+    token = object()
+    with _active_lock:
+        _active[id(token)] = kill
+    try:
+        yield
+    finally:
+        with _active_lock:
+            _active.pop(id(token), None)
+
+
+def active_runs() -> int:
+    with _active_lock:
+        return len(_active)
+
+
+def abort_all(wait_s: float = 20.0) -> int:
+    """Kill the processes of every run in flight in this process (a stop signal arrived) and wait
+    until their runs have cleaned up (processes reaped, folders removed); how many were killed."""
+    with _active_lock:
+        kills = list(_active.values())
+    for kill in kills:
+        try:
+            kill()
+        except Exception:  # noqa: BLE001 - killing what may already be gone
+            pass
+    deadline = time.monotonic() + wait_s
+    while active_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(kills)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid`'s process group and every process below it (a sandbox's pid 1 is in a
+    session of its own: bwrap --new-session)."""
+    for target in [pid, *observer.descendants(pid)]:
+        for send in (os.killpg, os.kill):
+            try:
+                send(target, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def mark_owner(folder, pid: int | None = None) -> None:
+    """Record in `folder` the process whose life it belongs to (pid and start time)."""
+    pid = pid or os.getpid()
+    try:
+        (Path(folder) / OWNER_FILE).write_text(f"{pid} {_start_time(pid)}\n", encoding="ascii")
+    except OSError:
+        pass
+
+
+def _owner_alive(folder: Path) -> bool | None:
+    """Whether the process named in `folder`'s owner record still runs; None without a record."""
+    try:
+        pid, start = (folder / OWNER_FILE).read_text(encoding="ascii").split()
+        return _start_time(int(pid)) == start
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return False
+
+
+def sweep_stale(folder=None) -> list[str]:
+    """Remove this user's grading folders (they hold learners' code) whose owner process is gone,
+    left by a grading, a warm sandbox, a batch or an autograde that was killed; their paths."""
+    folder = Path(folder or tempfile.gettempdir())
+    removed, now = [], time.time()
+    if _start_time(os.getpid()) is None:         # no /proc (not Linux): owners cannot be checked
+        return removed
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if not entry.name.startswith(TEMP_PREFIXES) or not entry.is_dir(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                continue
+            alive, age = _owner_alive(Path(entry.path)), now - st.st_mtime
+            if alive or age < STALE_AGE_S or (alive is None and age < UNOWNED_AGE_S):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, onerror=_unlock_and_retry)
+        removed.append(entry.path)
+    return removed
+
+
+def _unlock_and_retry(func, path, exc):
+    """The learner may have made a folder unreadable: it is ours, make it writable and retry."""
+    try:
+        slots._unlock(func, path, exc)
+    except OSError:
+        pass
+
+
+def _sweep_once() -> None:
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_stale()
 
 
 @dataclass
@@ -47,10 +232,28 @@ class ChildRun:
     observations: list = field(default_factory=list)
     rank_peaks: list = field(default_factory=list)
     sandboxed: bool = True
+    cpu_seconds: float | None = None      # the ranks' CPU time, where the warm worker reports it
 
 
 def _limits(memory: int, cpu_seconds: int):
-    return lambda: policy.apply_limits(memory, cpu_seconds, OUTPUT_LIMIT)
+    die = _parent_death_signal()
+
+    def child() -> None:
+        die()                # the grader SIGKILLed: its child does not grade on, parented to init
+        policy.apply_limits(memory, cpu_seconds, OUTPUT_LIMIT)
+    return child
+
+
+def _parent_death_signal():
+    """A function for a forked child that asks the kernel for SIGKILL when its parent thread ends
+    (Linux prctl PR_SET_PDEATHSIG); looked up here, before the fork. A no-op elsewhere."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: prctl(1, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _close_parent_ends(pipes) -> None:
@@ -74,34 +277,76 @@ def _tail(path: Path, n: int = 4000) -> str:
 
 
 def _read_result(path: Path) -> dict | None:
+    return _read_result_checked(path)[0]
+
+
+def _read_result_checked(path: Path) -> tuple[dict | None, bool]:
+    """(the payload, whether the file was missing or unreadable). A bad file is the learner's
+    doing ("tamper"), unless the disk was full (`_check_disk_after`)."""
     try:
         if path.stat().st_size > RESULT_LIMIT:
-            return {"ok": False, "error": {"kind": "tamper", "message": "结果文件大得不正常"}}
+            return {"ok": False, "error": {"kind": "tamper", "message": "结果文件大得不正常"}}, False
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return None
+        return None, True
     except (OSError, ValueError, UnicodeDecodeError):
-        return {"ok": False, "error": {"kind": "tamper", "message": "结果文件不是合法的 JSON：被改写了"}}
-    return doc if isinstance(doc, dict) else {"ok": False, "error": {"kind": "tamper", "message": "结果文件的格式不对"}}
+        return {"ok": False, "error": {"kind": "tamper", "message": "结果文件不是合法的 JSON：被改写了"}}, True
+    if not isinstance(doc, dict):
+        return {"ok": False, "error": {"kind": "tamper", "message": "结果文件的格式不对"}}, False
+    return doc, False
+
+
+def _check_disk_after(folder: Path, bad_result: bool, stderr_tail: str = "") -> None:
+    """A missing or cut-short result while the disk is (nearly) full, or from a child that says it
+    ran out of space, means a full disk: a GraderProblem, not a crashed or forged submission."""
+    if not bad_result:
+        return
+    free = _free_bytes(folder)
+    low = free is not None and free < max(MIN_FREE_BYTES, RESULT_LIMIT)
+    if low or "No space left on device" in stderr_tail or "[Errno 28]" in stderr_tail:
+        raise GraderProblem(disk_full_zh(folder.parent.parent, free))     # work/ -> the grading's folder -> temp
+
+
+def _read_results(folder: Path, world: int, stderr_tail: str = "") -> list:
+    checked = [_read_result_checked(folder / f"result-{r}.json") for r in range(world)]
+    _check_disk_after(folder, any(bad for _, bad in checked), stderr_tail)
+    return [payload for payload, _ in checked]
 
 
 def run_job(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
             keep_dir: bool = False) -> ChildRun:
     """Run every rank of `job` on `source`: forked from a warm worker (slots.py) on Linux, else in
-    a fresh interpreter. Either way the same harness, sandbox and ready/go/done protocol."""
-    if not slots.ENABLED or keep_dir:
-        return _run_cold(job, source, timeout_s, memory_limit, use_sandbox, keep_dir)
+    a fresh interpreter. Either way the same harness, sandbox and ready/go/done protocol.
+    Raises GraderProblem when this machine cannot grade (no GPU for cuda, a full temp disk)."""
+    require_backend(job.get("backend", "sim"))
+    _sweep_once()
+    check_space()
+    try:
+        if not slots.ENABLED or keep_dir:
+            return _run_cold(job, source, timeout_s, memory_limit, use_sandbox, keep_dir)
+        return _run_slot(job, source, timeout_s, memory_limit, use_sandbox)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            folder = tempfile.gettempdir()
+            raise GraderProblem(disk_full_zh(folder, _free_bytes(folder))) from None
+        raise
+
+
+def _run_slot(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool) -> ChildRun:
     gpu = job.get("backend") == "cuda"
     slot = slots.take(gpu, use_sandbox)
+    if not (slot.outer / OWNER_FILE).exists():
+        mark_owner(slot.outer, slot.proc.pid)           # the folder lives as long as its worker
     reusable = False
-    try:
-        if not slot.wait_warm() or not slot.prepare():
-            log = slot.worker_log()
-            raise RuntimeError(f"the grading worker did not start: {log[-800:]}")
-        run, reusable = _run_warm(slot, job, source, timeout_s, memory_limit)
-        return run
-    finally:
-        slots.give_back(slot, reusable)
+    with _tracked(lambda: _kill_tree(slot.proc.pid)):
+        try:
+            if not slot.wait_warm() or not slot.prepare():
+                log = slot.worker_log()
+                raise RuntimeError(f"评分用的常驻进程没有启动：{log[-800:]}")
+            run, reusable = _run_warm(slot, job, source, timeout_s, memory_limit)
+            return run
+        finally:
+            slots.give_back(slot, reusable)
 
 
 def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int) -> tuple[ChildRun, bool]:
@@ -133,13 +378,15 @@ def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int)
             o.nvml_peak = peaks.get(o.host_pid)
     statuses, reusable = slot.finish()
     _close_parent_ends(pipes)
-    payloads = [_read_result(slot.work / f"result-{r}.json") for r in range(world)]
-    returncode = next((s for s in statuses or [] if s), 0 if statuses else None)
-    run = ChildRun(None, returncode, timed_out, time.perf_counter() - t0, _tail(err_path),
-                   protocol_error, obs, sandboxed=slot.inside == policy.SUBMISSION_DIR)
-    merge_ranks(run, payloads)
+    stderr_tail = _tail(err_path)
     for path in (out_path, err_path):
         path.unlink(missing_ok=True)
+    payloads = _read_results(slot.work, world, stderr_tail)
+    returncode = next((s for s in statuses or [] if s), 0 if statuses else None)
+    run = ChildRun(None, returncode, timed_out, time.perf_counter() - t0, stderr_tail,
+                   protocol_error, obs, sandboxed=slot.inside == policy.SUBMISSION_DIR)
+    run.cpu_seconds = getattr(slot, "cpu_seconds", None)
+    merge_ranks(run, payloads)
     return run, reusable
 
 
@@ -147,51 +394,73 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
               keep_dir: bool = False) -> ChildRun:
     world = int(job.get("world_size", 1))
     outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
-    work = outer / "work"
-    work.mkdir()
-    inside = policy.SUBMISSION_DIR if use_sandbox else str(work)
-    (work / "submission.py").write_text(source, encoding="utf-8")
-    job = dict(job, source_file=f"{inside}/submission.py")
-    if world > 1:
-        job.setdefault("init_method", "tcp://127.0.0.1:29500" if use_sandbox else f"file://{work}/rendezvous")
-    (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
-    pipes = [(os.pipe(), os.pipe()) for _ in range(world)]          # (ctl r, w), (status r, w)
-    child_fds = [fd for (ctl, st) in pipes for fd in (ctl[0], st[1])]
-    command = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.launch", f"{inside}/job.json",
-               *[f"{ctl[0]},{st[1]}" for ctl, st in pipes]]
-    gpu = job.get("backend") == "cuda"
-    argv = policy.bwrap_argv(work, command, gpu=gpu) if use_sandbox else command
-    env = policy.sandbox_env(gpu=gpu)
-    if not use_sandbox:
-        env.update(HOME=str(work), TMPDIR=str(work), XDG_CACHE_HOME=str(work / ".cache"),
-                   TORCHINDUCTOR_CACHE_DIR=str(work / ".inductor"))
-    t0 = time.perf_counter()
-    with open(outer / "stdout.txt", "wb") as out, open(outer / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                pass_fds=child_fds, preexec_fn=_limits(memory_limit, int(timeout_s) + 10),
-                                start_new_session=True)
-    for fd in child_fds:
-        os.close(fd)
-    obs = [observer.RankObservation() for _ in range(world)]
-    sampler = observer.nvml_sampler(gpu)
-    protocol_error, timed_out = _converse(proc, pipes, obs, timeout_s)
-    if sampler is not None:
-        peaks = sampler.stop()
-        for o in obs:
-            o.nvml_peak = peaks.get(o.host_pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)        # bwrap and, through --die-with-parent, the sandbox
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    _close_parent_ends(pipes)
-    payloads = [_read_result(work / f"result-{r}.json") for r in range(world)]
-    run = ChildRun(None, proc.returncode, timed_out, time.perf_counter() - t0, _tail(outer / "stderr.txt"),
-                   protocol_error, obs, sandboxed=use_sandbox)
-    merge_ranks(run, payloads)
-    if not keep_dir:
-        shutil.rmtree(outer, ignore_errors=True)
-    return run
+    mark_owner(outer)
+    proc, pipes, child_fds = None, [], []
+
+    def kill() -> None:
+        if proc is not None and proc.returncode is None:      # not reaped: the pid is still its own
+            _kill_tree(proc.pid)         # bwrap and, through --die-with-parent, the sandbox
+
+    with _tracked(kill):
+        try:
+            work = outer / "work"
+            work.mkdir()
+            inside = policy.SUBMISSION_DIR if use_sandbox else str(work)
+            (work / "submission.py").write_text(source, encoding="utf-8")
+            job = dict(job, source_file=f"{inside}/submission.py")
+            if world > 1:
+                job.setdefault("init_method", "tcp://127.0.0.1:29500" if use_sandbox else f"file://{work}/rendezvous")
+            (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+            for _ in range(world):
+                ctl, st = os.pipe(), None
+                pipes.append((ctl, (-1, -1)))
+                child_fds.append(ctl[0])
+                st = os.pipe()
+                pipes[-1] = (ctl, st)                                 # (ctl r, w), (status r, w)
+                child_fds.append(st[1])
+            command = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.launch", f"{inside}/job.json",
+                       *[f"{ctl[0]},{st[1]}" for ctl, st in pipes]]
+            gpu = job.get("backend") == "cuda"
+            argv = policy.bwrap_argv(work, command, gpu=gpu) if use_sandbox else command
+            env = policy.sandbox_env(gpu=gpu)
+            if not use_sandbox:
+                env.update(HOME=str(work), TMPDIR=str(work), XDG_CACHE_HOME=str(work / ".cache"),
+                           TORCHINDUCTOR_CACHE_DIR=str(work / ".inductor"))
+            t0 = time.perf_counter()
+            with open(outer / "stdout.txt", "wb") as out, open(outer / "stderr.txt", "wb") as err:
+                proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        pass_fds=child_fds, preexec_fn=_limits(memory_limit, int(timeout_s) + 10),
+                                        start_new_session=True)
+            for fd in child_fds:
+                os.close(fd)
+            child_fds = []
+            obs = [observer.RankObservation() for _ in range(world)]
+            sampler = observer.nvml_sampler(gpu)
+            protocol_error, timed_out = _converse(proc, pipes, obs, timeout_s)
+            if sampler is not None:
+                peaks = sampler.stop()
+                for o in obs:
+                    o.nvml_peak = peaks.get(o.host_pid)
+            kill()
+            proc.wait()
+            stderr_tail = _tail(outer / "stderr.txt")
+            payloads = _read_results(work, world, stderr_tail)
+            run = ChildRun(None, proc.returncode, timed_out, time.perf_counter() - t0, stderr_tail,
+                           protocol_error, obs, sandboxed=use_sandbox)
+            merge_ranks(run, payloads)
+            return run
+        finally:        # every path, an exception or a stop signal included: no process, no folder left
+            kill()
+            if proc is not None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            for fd in child_fds:
+                os.close(fd)
+            _close_parent_ends(pipes)
+            if not keep_dir:
+                shutil.rmtree(outer, onerror=_unlock_and_retry)
 
 
 def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:

@@ -169,6 +169,7 @@ class Slot:
         self.sweep()
         event = self._event(EXIT_TIMEOUT_S)
         statuses = event.get("statuses") if event and event.get("event") == "exited" else None
+        self.cpu_seconds = event.get("cpu_seconds") if statuses is not None else None
         clean = statuses is not None and self.proc.poll() is None and not self.sweep()
         return statuses, clean
 

@@ -307,7 +307,8 @@ def read_submission(path: str | os.PathLike, function: str) -> str:
     try:
         raw = p.read_bytes()
     except OSError as e:
-        raise SubmissionError("invalid_submission", f"无法读取提交的文件 {p}：{e.strerror or e}") from None
+        from ..errors import os_error_zh
+        raise SubmissionError("invalid_submission", f"无法读取提交的文件 {os_error_zh(e)}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

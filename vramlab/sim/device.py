@@ -91,6 +91,7 @@ class SimDevice:
                     t1.data = t2            # a real conversion (e.g. dtype): move the data instead
             torch.utils.swap_tensors = swap_tensors
             es.callback(setattr, torch.utils, "swap_tensors", original_swap)
+            self._skip_packing_check(es)
         es.enter_context(self.tracker)
         es.enter_context(self.emulation)
         nn_hooks = torch.nn.modules.module
@@ -121,6 +122,26 @@ class SimDevice:
     def __exit__(self, *exc):
         es, self._exit_stack = self._exit_stack, None
         return es.__exit__(*exc)
+
+    @staticmethod
+    def _skip_packing_check(es: contextlib.ExitStack):
+        """transformers reads the position ids' values to decide whether a batch packs several
+        sequences (masking_utils.find_packed_sequence_indices). Fake tensors have no values, so it
+        assumes packing and builds a B x S x S mask: SDPA then loses its is_causal path and a
+        grouped-query model repeats K and V for every query head. On a GPU the ids are read, nothing
+        is packed and no mask is built; do the same here (vramlab's steps never pack sequences)."""
+        try:
+            import transformers.masking_utils as mu
+        except ImportError:
+            return
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        original = mu.find_packed_sequence_indices
+
+        def find_packed_sequence_indices(position_ids):
+            return None if isinstance(position_ids, FakeTensor) else original(position_ids)
+        mu.find_packed_sequence_indices = find_packed_sequence_indices
+        es.callback(setattr, mu, "find_packed_sequence_indices", original)
 
     # -- context for the tracker ------------------------------------------------------------------
     def phase(self) -> str:

@@ -170,7 +170,10 @@
     var h = p.hidden, f = p.ffn_hidden;
     saved = saved.filter(function (x) { return x[0] !== "norm1 input"; });
     if (train) saved.push(["q/k/v input", n * h * (w.mixed ? 3 * d.act : d.res)]);
-    else { saved.push(["block input", n * h * d.res]); saved.push(["lora_A input", n * h * d.lora_in]); }
+    else {   // frozen q/k/v keep only weights; one copy of x per adapted layer unless x is fp32 already
+      var copies = w.precision === "fp32" ? 1 : D.lora_targets.bert.length;
+      saved.push(["lora_A inputs", copies * n * h * d.lora_in]);
+    }
     saved = saved.concat(savedAttention(w, p, d, n, train));
     if (drop) saved.push(["attn out dropout mask", n * h]);
     saved.push(["norm1 input", n * h * d.res]);
@@ -323,5 +326,7 @@
   }
 
   global.VramEstimate = { estimate: estimate, validate: validate, workload: workload, paramCount: paramCount,
-    loraParams: loraParams, fitVerdict: fitVerdict, WorkloadError: WorkloadError };
+    loraParams: loraParams, fitVerdict: fitVerdict, WorkloadError: WorkloadError,
+    // for plan.js (vramlab.plan's cost model)
+    matmulWeightParams: matmulWeightParams, linearShapes: linearShapes, activationBytes: activationBytes };
 })(window);

@@ -312,5 +312,285 @@ window.VRAMLAB_CALC = {
   80,
   141
  ],
- "context_reserve_bytes": 734003200
+ "context_reserve_bytes": 734003200,
+ "plan": {
+  "hardware": {
+   "name": "RTX 4090 级 24 GB 显卡（默认常数）",
+   "bf16_tflops": 165.2,
+   "fp32_tflops": 82.6,
+   "hbm_gbps": 1008.0,
+   "pcie_gbps": 31.5,
+   "link_gbps": 31.5
+  },
+  "context_bytes": 734003200,
+  "allocator_overhead": 1.0815448370588165,
+  "pareto_step": 0.02,
+  "nf4_bytes": 0.515869140625,
+  "precisions": [
+   "bf16-mixed",
+   "bf16",
+   "fp32"
+  ],
+  "methods": [
+   "full",
+   "lora",
+   "qlora"
+  ],
+  "method_zh": {
+   "full": "全参数微调",
+   "lora": "LoRA",
+   "qlora": "QLoRA"
+  },
+  "precision_zh": {
+   "fp32": "FP32",
+   "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）",
+   "bf16": "纯 BF16 权重"
+  },
+  "optimizer_zh": {
+   "adamw": "AdamW",
+   "adamw8bit": "8-bit AdamW",
+   "adafactor": "Adafactor（分解的二阶矩）"
+  },
+  "ckpt_zh": {
+   "none": "不检查点",
+   "selective": "选择性重算（注意力模块）",
+   "full": "全量激活检查点"
+  },
+  "families": {
+   "llama": "llama",
+   "mistral": "llama",
+   "qwen2": "llama",
+   "mixtral": "mixtral",
+   "gpt2": "gpt2",
+   "bert": "bert"
+  },
+  "architectures": {
+   "LlamaForCausalLM": "llama",
+   "MistralForCausalLM": "mistral",
+   "Qwen2ForCausalLM": "qwen2",
+   "MixtralForCausalLM": "mixtral",
+   "GPT2LMHeadModel": "gpt2",
+   "BertForMaskedLM": "bert",
+   "BertModel": "bert",
+   "BertForPreTraining": "bert"
+  },
+  "required": {
+   "llama": [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size"
+   ],
+   "mixtral": [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "num_local_experts",
+    "num_experts_per_tok"
+   ],
+   "gpt2": [
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "vocab_size"
+   ],
+   "bert": [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size"
+   ]
+  },
+  "family_zh": {
+   "llama": "Llama 式解码器（llama / mistral / qwen2）",
+   "mixtral": "Mixtral 式 MoE 解码器",
+   "gpt2": "GPT-2",
+   "bert": "BERT"
+  },
+  "supported_zh": "llama、mistral、qwen2（Llama 式解码器）、mixtral（MoE）、gpt2、bert",
+  "max_pos_default": {
+   "llama": 2048,
+   "mistral": 131072,
+   "qwen2": 32768,
+   "mixtral": 131072,
+   "bert": 512
+  },
+  "samples": {
+   "bert-base-uncased": {
+    "architectures": [
+     "BertForMaskedLM"
+    ],
+    "attention_probs_dropout_prob": 0.1,
+    "gradient_checkpointing": false,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 768,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 512,
+    "model_type": "bert",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+    "transformers_version": "4.6.0.dev0",
+    "type_vocab_size": 2,
+    "use_cache": true,
+    "vocab_size": 30522
+   },
+   "gpt2-medium": {
+    "activation_function": "gelu_new",
+    "architectures": [
+     "GPT2LMHeadModel"
+    ],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 1024,
+    "n_head": 16,
+    "n_layer": 24,
+    "n_positions": 1024,
+    "n_special": 0,
+    "predict_special_tokens": true,
+    "resid_pdrop": 0.1,
+    "summary_activation": null,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": true,
+    "summary_type": "cls_index",
+    "summary_use_proj": true,
+    "task_specific_params": {
+     "text-generation": {
+      "do_sample": true,
+      "max_length": 50
+     }
+    },
+    "vocab_size": 50257
+   },
+   "llama-3.1-8b": {
+    "architectures": [
+     "LlamaForCausalLM"
+    ],
+    "attention_bias": false,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": false,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+     "factor": 8.0,
+     "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192,
+     "rope_type": "llama3"
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": true,
+    "vocab_size": 128256
+   },
+   "mistral-7b-v0.1": {
+    "architectures": [
+     "MistralForCausalLM"
+    ],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0",
+    "use_cache": true,
+    "vocab_size": 32000
+   },
+   "mixtral-8x7b-v0.1": {
+    "architectures": [
+     "MixtralForCausalLM"
+    ],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": false,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": null,
+    "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0",
+    "use_cache": true,
+    "vocab_size": 32000
+   },
+   "qwen2.5-7b": {
+    "architectures": [
+     "Qwen2ForCausalLM"
+    ],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1",
+    "use_cache": true,
+    "use_mrope": false,
+    "use_sliding_window": false,
+    "vocab_size": 152064
+   }
+  }
+ }
 };

@@ -1,0 +1,296 @@
+"""`--config` (a local config.json as a model), `vramlab plan` and its cost model."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from vramlab import estimate as E
+from vramlab import hfconfig as H
+from vramlab import plan as P
+from vramlab.cli import main
+from vramlab.workload import Workload, WorkloadError
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+SAMPLES = {p.stem: p for p in H.sample_configs()}
+
+# parameter counts published with the models (the model cards' totals, rounded there) are matched
+# exactly here by the closed form, which tests/test_estimate.py checks against transformers
+KNOWN_PARAMS = {"llama-3.1-8b": 8_030_261_248, "mistral-7b-v0.1": 7_241_732_096,
+                "mixtral-8x7b-v0.1": 46_702_792_704, "qwen2.5-7b": 7_615_487_488,
+                "gpt2-medium": 354_823_168, "bert-base-uncased": 109_514_298}
+
+
+def small_llama(tmp_path, name="small", **over) -> Path:
+    """A tiny Llama-style config.json in tmp_path/<name>/ (its preset: cfg:<name>)."""
+    cfg = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, intermediate_size=512, vocab_size=1024,
+               max_position_embeddings=1024, tie_word_embeddings=False, hidden_act="silu")
+    cfg.update(over)
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    return path
+
+
+# --- config.json -> Preset ------------------------------------------------------------------------
+
+def test_sample_configs_are_the_published_models():
+    assert set(SAMPLES) == set(KNOWN_PARAMS)
+    families = {}
+    for stem, path in SAMPLES.items():
+        p = H.load_config(path)
+        assert p.name == f"cfg:{stem}"
+        assert E.param_count(p) == KNOWN_PARAMS[stem], stem
+        families[stem] = p.family
+    assert families == {"llama-3.1-8b": "llama", "mistral-7b-v0.1": "llama", "qwen2.5-7b": "llama",
+                        "mixtral-8x7b-v0.1": "mixtral", "gpt2-medium": "gpt2", "bert-base-uncased": "bert"}
+    llama = H.load_config(SAMPLES["llama-3.1-8b"])
+    assert (llama.kv_heads, llama.heads, llama.config["tie_word_embeddings"]) == (8, 32, False)
+    assert H.load_config(SAMPLES["llama-3.1-8b"]).fake_only and not H.load_config(SAMPLES["bert-base-uncased"]).fake_only
+    assert "129,024" in H.load_config(SAMPLES["qwen2.5-7b"]).note      # the q/k/v biases it leaves out
+
+
+def test_config_preset_equals_the_builtin_preset():
+    """gpt2-medium's config.json and vramlab's own gpt2-medium preset describe one model."""
+    p = H.load_config(SAMPLES["gpt2-medium"])
+    for kw in (dict(), dict(precision="bf16-mixed", checkpointing="full"), dict(lora_rank=8)):
+        a = E.estimate(Workload(model=p.name, batch=4, seq=512, **kw))
+        b = E.estimate(Workload(model="gpt2-medium", batch=4, seq=512, **kw))
+        assert a.total_bytes == b.total_bytes and a.breakdown == b.breakdown
+
+
+def test_folder_and_tied_embeddings(tmp_path):
+    path = small_llama(tmp_path, "tied", tie_word_embeddings=True)
+    p = H.load_config(path.parent)                       # the folder, not the file
+    assert p.name == "cfg:tied"
+    untied = H.preset_from_config(dict(json.loads(path.read_text()), tie_word_embeddings=False))
+    assert E.param_count(untied) - E.param_count(p) == 1024 * 256
+
+
+def test_same_name_different_config_does_not_replace(tmp_path):
+    a = H.load_config(small_llama(tmp_path, "twice"))
+    (tmp_path / "twice" / "config.json").write_text(json.dumps(dict(
+        json.loads((tmp_path / "twice" / "config.json").read_text()), intermediate_size=768)))
+    b = H.load_config(tmp_path / "twice")
+    assert a.name == "cfg:twice" and b.name.startswith("cfg:twice-")
+    assert a.ffn_hidden == 512 and b.ffn_hidden == 768
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]}', ["t5", "不支持"]),
+    ('{"hidden_size": 8}', ["model_type"]),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2}', ["缺少", "intermediate_size", "vocab_size"]),
+    ('{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"intermediate_size": 128, "vocab_size": 100}', ["num_local_experts", "num_experts_per_tok"]),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"intermediate_size": 128, "vocab_size": 100, "hidden_act": "gelu"}', ["hidden_act", "silu"]),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"intermediate_size": 128, "vocab_size": 100, "attention_bias": true}', ["attention_bias"]),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 100}', ["num_key_value_heads"]),
+    ('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64, '
+     '"activation_function": "relu"}', ["activation_function", "gelu_new"]),
+    ('{"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"intermediate_size": 128, "vocab_size": 100, "type_vocab_size": 1}', ["type_vocab_size"]),
+    ('{"model_type": "llama", "hidden_size": "64"}', ["hidden_size"]),
+    ('[1, 2]', ["JSON 对象"]),
+    ('{"model_type": ', ["JSON"]),
+])
+def test_unsupported_configs_get_a_chinese_error_naming_the_field(tmp_path, content, words):
+    path = tmp_path / "config.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(H.ConfigError) as err:
+        H.load_config(path)
+    msg = str(err.value)
+    assert CJK.search(msg)
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_missing_file_and_empty_folder(tmp_path):
+    with pytest.raises(H.ConfigError, match="找不到"):
+        H.load_config(tmp_path / "nope.json")
+    with pytest.raises(H.ConfigError, match="没有 config.json"):
+        H.load_config(tmp_path)
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+def test_cli_estimate_with_config(capsys):
+    assert main(["estimate", "--config", str(SAMPLES["llama-3.1-8b"]), "--batch", "1", "--seq", "4096",
+                 "--precision", "bf16", "--lora-rank", "16", "--checkpointing", "full", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["workload"]["model"] == "cfg:llama-3.1-8b"
+    assert d["params"] == KNOWN_PARAMS["llama-3.1-8b"]
+    w = Workload(model="cfg:llama-3.1-8b", batch=1, seq=4096, precision="bf16", lora_rank=16, checkpointing="full")
+    assert d["total_bytes"] == E.estimate(w).total_bytes
+
+
+def test_cli_config_errors_exit_2_in_chinese(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"model_type": "whisper"}')
+    assert main(["estimate", "--config", str(tmp_path), "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["error"] == "bad_arguments" and "whisper" in out.err
+    assert main(["measure", "--config", str(SAMPLES["llama-3.1-8b"]), "--batch", "1", "--seq", "64"]) == 2
+    assert "--fake" in capsys.readouterr().err          # 8B: only under FakeTensorMode
+
+
+def test_cli_measure_fake_and_trace_with_config(tmp_path, capsys):
+    path = small_llama(tmp_path, "measured")
+    assert main(["measure", "--config", str(path), "--batch", "2", "--seq", "128", "--backend", "sim", "--fake",
+                 "--precision", "bf16", "--steps", "1", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["workload"]["model"] == "cfg:measured" and m["fake"]
+    w = Workload(model="cfg:measured", batch=2, seq=128, precision="bf16")
+    assert abs(E.estimate(w).total_bytes / m["peak_bytes"] - 1) < 0.03
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--config", str(path), "--batch", "2", "--seq", "64", "--steps", "1", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["source"]["workload"]["model"] == "cfg:measured"
+
+
+# --- simulated device: what a GPU does with grouped-query attention ----------------------------------
+
+def test_fake_sim_does_not_materialise_a_mask_for_gqa(tmp_path):
+    """Under FakeTensorMode transformers cannot read the position ids, assumes packed sequences and
+    builds an S x S mask, which makes a GQA model repeat K and V per query head. The simulated device
+    must skip that check as a GPU does; then the estimate (no repeat) matches within 1%."""
+    path = small_llama(tmp_path, "gqa", hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                       num_key_value_heads=1, intermediate_size=1024)
+    p = H.load_config(path)
+    w = Workload(model=p.name, batch=4, seq=1024, precision="bf16", lora_rank=8)
+    sim = P.run_on_sim(w, None)
+    # 4 layers x 2 (k, v) x 7 repeated heads x 64 x 4096 tokens x 2 bytes = 29 MiB the mask path would add
+    assert abs(E.estimate(w).total_bytes / sim["peak_bytes"] - 1) < 0.01
+
+
+# --- cost model ----------------------------------------------------------------------------------
+
+def test_cost_model_follows_its_sources():
+    p = H.load_config(SAMPLES["llama-3.1-8b"])
+    hw = P.Hardware()
+    base = Workload(model=p.name, batch=1, seq=2048, precision="bf16-mixed", accum=4)
+    c = P.step_cost(P.Candidate(base), p, hw)
+    tokens = 4 * 2048
+    n = P.active_matmul_params(p)
+    attn = 2 * p.n_layers * 2048 * p.hidden
+    assert c["compute"] == pytest.approx(tokens * 3 * (2 * n + attn) / (hw.bf16_tflops * 1e12))   # 6N (Kaplan)
+    full = P.step_cost(P.Candidate(replace(base, checkpointing="full")), p, hw)
+    assert full["recompute"] == pytest.approx(c["compute"] / 3)                                    # +1 forward
+    lora = P.step_cost(P.Candidate(replace(base, lora_rank=16)), p, hw)
+    assert 0.6 < lora["compute"] / c["compute"] < 0.7                                              # 4N of 6N
+    fp32 = P.step_cost(P.Candidate(replace(base, precision="fp32")), p, hw)
+    assert fp32["compute"] == pytest.approx(2 * c["compute"])
+    one = replace(base, accum=1, gpus=4, batch=1)
+    z0 = P.step_cost(P.Candidate(one), p, hw)["communication"]
+    z3 = P.step_cost(P.Candidate(replace(one, zero=3)), p, hw)["communication"]
+    assert z3 / z0 == pytest.approx(1.5)                                                           # ZeRO Sec. 7
+    off = P.step_cost(P.Candidate(replace(base, offload="activations")), p, hw)["offload"]
+    assert off == pytest.approx(2 * 4 * E.activation_bytes(base, p) / (hw.pcie_gbps * 1e9))
+    moe = H.load_config(SAMPLES["mixtral-8x7b-v0.1"])
+    assert P.active_matmul_params(moe) < 0.3 * E.matmul_weight_params(moe)                         # top-2 of 8
+
+
+# --- plan ----------------------------------------------------------------------------------------
+
+def test_plan_finds_fitting_configurations_on_a_small_card(tmp_path):
+    p = H.load_config(small_llama(tmp_path))
+    card = (700 + 160) * 2**20             # the CUDA context + 160 MiB
+    plan = P.make_plan(p, card, seq=512, global_batch=16, verify=False)
+    recs = plan["recommendations"]
+    assert recs and plan["fitting"] < plan["searched"]
+    assert recs[0]["cost"]["total"] == min(r["cost"]["total"] for r in recs)
+    assert len({r["method"] for r in recs}) > 1            # the fastest of each method comes first
+    for method in {r["method"] for r in recs}:             # then, per method, a Pareto front:
+        mine = [r for r in recs if r["method"] == method]  # slower only if it needs less memory
+        assert [r["cost"]["total"] for r in mine] == sorted(r["cost"]["total"] for r in mine)
+        assert [r["need_bytes"] for r in mine] == sorted((r["need_bytes"] for r in mine), reverse=True)
+    for r in recs:
+        assert r["need_bytes"] <= plan["usable_bytes"]
+        assert r["need_bytes"] >= r["estimate_bytes"]
+        w = r["workload"]
+        assert w["batch"] * w["accum"] == 16
+    first = recs[0]["next_micro_batch"]
+    assert first is None or not first["fits_estimate"]     # the best already uses the largest that fits
+    # a card too small for anything: no recommendation, no crash
+    assert P.make_plan(p, (700 + 60) * 2**20, seq=512, verify=False)["recommendations"] == []
+
+
+def test_plan_checks_each_recommendation_on_the_simulated_device(tmp_path):
+    p = H.load_config(small_llama(tmp_path))
+    # pure BF16 bases (what LoRA/QLoRA use); tests/test_estimate.py covers the other precisions
+    plan = P.make_plan(p, (700 + 160) * 2**20, seq=512, global_batch=8, top=2, methods=("lora", "qlora"),
+                       precisions=("bf16",))
+    assert plan["recommendations"]
+    for r in plan["recommendations"]:
+        v = r["verified"]
+        assert v["status"] == "fits", v
+        assert v["reserved_bytes"] <= plan["usable_bytes"]
+        assert abs(r["estimate_bytes"] / v["peak_bytes"] - 1) < 0.03
+        n = r["next_micro_batch"]
+        if n is not None:
+            assert not n["fits_estimate"] and n["sim"]["status"] == "oom"
+
+
+def test_plan_json_from_the_cli(capsys):
+    assert main(["plan", "--config", str(SAMPLES["llama-3.1-8b"]), "--card", "24GiB", "--seq", "4096",
+                 "--gpus", "2", "--no-verify", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d) >= {"model", "card_bytes", "usable_bytes", "gpus", "seq", "global_batch", "hardware",
+                      "searched", "fitting", "recommendations", "notes"}
+    assert d["card_bytes"] == 24 * 2**30 and d["gpus"] == 2
+    r = d["recommendations"][0]
+    assert set(r) >= {"rank", "method", "workload", "estimate_bytes", "need_bytes", "breakdown", "cost",
+                      "techniques", "verified", "next_micro_batch", "command"}
+    assert r["verified"]["status"] == "skipped"
+    assert set(r["cost"]) == {"compute", "recompute", "offload", "dequant", "optimizer", "communication", "total"}
+    assert r["techniques"]
+    for t in r["techniques"]:
+        assert t["saves_bytes"] == t["without_need_bytes"] - r["need_bytes"]
+        assert isinstance(t["without_fits"], bool) and isinstance(t["costs_seconds"], float)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["plan", "--config", "X", "--json"], ["--card"]),
+    (["plan", "--card", "24GiB", "--json"], ["--config"]),
+    (["plan", "--model", "tiny", "--card", "24GiB", "--gpus", "3", "--global-batch", "16", "--json"], ["--global-batch"]),
+    (["plan", "--model", "tiny", "--card", "lots", "--json"], ["无法识别"]),
+    (["plan", "--model", "tiny", "--card", "24GiB", "--seq", "100000", "--json"], ["--seq"]),
+])
+def test_plan_bad_arguments(argv, words, capsys):
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    msg = json.loads(out.out)["message"]
+    assert CJK.search(msg) and all(w in msg for w in words), msg
+
+
+# --- QLoRA's NF4 base on the simulated device --------------------------------------------------------
+
+def test_nf4_stand_in_stores_4_bits_and_matches_the_estimate(tmp_path):
+    p = H.load_config(small_llama(tmp_path, "nf4", hidden_size=512, intermediate_size=1024))
+    w = Workload(model=p.name, batch=2, seq=256, precision="bf16", lora_rank=8)
+    q = P.run_on_sim(w, None, qlora=True)
+    lora = P.run_on_sim(w, None)
+    assert q["breakdown"]["parameters"] < lora["breakdown"]["parameters"] / 2
+    expected = E.estimate(w, qlora=True).total_bytes + P.qlora_head_correction(P.Candidate(w, True), p)
+    assert abs(expected / q["peak_bytes"] - 1) < 0.02
+
+
+# --- accuracy on every sample config (slow: 12 runs of 0.1-47 B-parameter models) --------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", sorted(KNOWN_PARAMS))
+def test_estimate_within_3_percent_of_the_simulated_device(stem):
+    p = H.load_config(SAMPLES[stem])
+    for label, w in P.bench_workloads(p):
+        sim = P.run_on_sim(w, None)
+        assert abs(E.estimate(w).total_bytes / sim["peak_bytes"] - 1) < 0.03, (stem, label)
+
+
+def test_invalid_workload_for_config_preset():
+    p = H.load_config(SAMPLES["bert-base-uncased"])
+    with pytest.raises(WorkloadError, match="512"):
+        E.estimate(Workload(model=p.name, seq=1024))

@@ -242,7 +242,7 @@ print(f"\n激活值之差 {mib(d_act):.0f} MiB；公式 16 层 × 2（K、V）×
       f"{mib(16 * 2 * 2048 * (2048 - 8 * 64) * 2):.0f} MiB")
 
 # %% [markdown]
-# 8 个 KV 头比 32 个少了约 1 亿参数（每层 $2 \times 2048 \times 1536$），在 FP32 + AdamW 下是 1.5 GiB 的模型状态；激活值只少了 192 MiB，恰好是 K、V 投影输出的差。对训练来说，这些节省是实打实的，但远不如推理时 KV 缓存缩小 4 倍那么显著。
+# 8 个 KV 头比 32 个少了约 1 亿参数（每层 $2 \times 2048 \times 1536$），在 FP32 + AdamW 下是 1.5 GiB 的模型状态；激活值少了 384 MiB，是上面公式（每层 K、V 投影输出之差，192 MiB）的两倍：没有显式掩码时 transformers 给 SDPA 传 `enable_gqa=True`（见正文），为反向保存的 K、V 也是 8 个头的原件，而不是复制成 32 个头的副本，于是又省下同样一份。对训练来说，这些节省是实打实的，但远不如推理时 KV 缓存缩小 4 倍那么显著。
 
 # %% [markdown]
 # ## 4. `repeat_interleave` 还是 `enable_gqa=True`

@@ -22,9 +22,9 @@ NAIVE = [("参数", 2, "param"), ("梯度", 2, "grad"), ("优化器", 4, "optim"
 
 GPT2_STATES = [("参数", 4, "param"), ("梯度", 4, "grad"), ("优化器", 8, "optim")]   # FP32 + AdamW
 # The chapter's section-2 table: peak composition of one steady step, b8 s512, FP32 + AdamW (MiB).
-PEAK_PARTS = [("参数", 475, "param"), ("优化器", 967, "optim"), ("激活值", 4847, "act"),
+PEAK_PARTS = [("参数", 475, "param"), ("优化器", 967, "optim"), ("激活值", 4845, "act"),
               ("临时张量", 1572, "temp"), ("", 64, "temp")]   # gradients are 0 at the peak
-PEAK_SIM = 7926           # the table's total (per-row rounding makes the parts sum to 7925)
+PEAK_SIM = 7924           # the table's total (per-row rounding makes the parts sum to 7923)
 PEAK_H200 = 7925
 
 
@@ -40,7 +40,7 @@ def draw() -> list[Figure]:
                f"FP32 主权重 4 字节、m 4 字节、v 4 字节，合计 {total} 字节，乘以 70 亿参数是 {total * N_7B / 1e9:.0f} GB；"
                f"下面是常见的误算 2 + 2 + 4 = {naive} 字节（{naive * N_7B / 1e9:.0f} GB），它其实是纯 BF16 的数。"
                f"下半部分：激活值不按参数算。GPT-2 small 的模型状态按公式是 {states_mib:.0f} MiB，"
-               f"而批大小 8、序列 512 一步的峰值是 {PEAK_SIM} MiB，其中激活值 4847 MiB、临时张量 1572 MiB，"
+               f"而批大小 8、序列 512 一步的峰值是 {PEAK_SIM} MiB，其中激活值 4845 MiB、临时张量 1572 MiB，"
                f"峰值时刻梯度为 0。", W, H)
     x0, px = 168, 26                     # bytes-per-parameter rows: 26 px per byte
     f.text(24, 30, "① 模型状态按参数算：混合精度 + Adam（ZeRO 论文 §3.1）", size=14, anchor="start", bold=True)

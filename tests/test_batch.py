@@ -327,6 +327,12 @@ if __name__ == "__main__":
 '''
 
 
+def _default_hangup():
+    """A batch started from a test run under nohup would inherit an ignored SIGHUP, which it rightly
+    keeps ignoring; the hang-up case needs the default a terminal's process has."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class FakeClass:
     def __init__(self, tmp_path: Path, n: int):
         self.tmp = tmp_path
@@ -344,7 +350,8 @@ class FakeClass:
         env.pop("WORKERS", None)
         return subprocess.Popen([sys.executable, "-m", "fakebatch", "--no-sandbox", "--workers", "2",
                                  "--csv", str(self.csv), *self.paths], cwd=self.tmp, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_default_hangup)
 
     def call_lines(self) -> list[list[str]]:
         return [line.split() for line in _lines(self.calls)]

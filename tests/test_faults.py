@@ -332,8 +332,13 @@ def test_a_signal_to_vramlab_grade_kills_its_runs(capsys, monkeypatch, signame, 
         t.join()
         raise AssertionError("the signal did not stop the command")
     monkeypatch.setattr(grader_cli, "cmd_grade", cmd_grade)
+    # a test run under nohup inherits an ignored SIGHUP, which the command rightly keeps ignoring
+    default = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     t0 = time.monotonic()
-    got, out, err = _run_cli(capsys, "grade", EX, str(SOLUTION), "--json")
+    try:
+        got, out, err = _run_cli(capsys, "grade", EX, str(SOLUTION), "--json")
+    finally:
+        signal.signal(signal.SIGHUP, default)
     assert got == code and killed.is_set() and time.monotonic() - t0 < 30
     assert "已中断" in err and signame in err and "评分进程已结束" in err and not _english(err), err
     assert _json_error(out)["error"] == "interrupted"

@@ -210,6 +210,11 @@ class Slot:
             os.replace(tmp, folder / f"{self.outer.name}.json")
         except OSError:
             return False
+        try:                                # a worker whose parent just vanished ends instead (worker.serve)
+            self.sock.sendall(json.dumps({"park": True}).encode())
+        except OSError:
+            _unlink(folder / f"{self.outer.name}.json")
+            return False
         self.sock.close()                   # the worker goes back to waiting on its listening socket
         return True
 

@@ -17,7 +17,8 @@ other process of the sandbox after each job (slots.py) and wipes its folder.
 Parking (LISTEN_FD): when the process that started the worker exits, it may leave the slot for the
 next one (slots.py, `park`): the worker then waits on a listening unix socket, bound by that
 process in a folder only its user can enter, for the next process to connect, and serves it the
-same way. It ends after IDLE_SECONDS without one. No rank keeps the listening socket.
+same way. It ends after IDLE_SECONDS without one, and at once if its process went away without
+parking it (killed: nobody will come). No rank keeps the listening socket.
 """
 from __future__ import annotations
 
@@ -137,12 +138,17 @@ def _status_of(wait_status: int) -> int:
     return -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
 
 
-def serve(sock: socket.socket) -> None:
+def serve(sock: socket.socket) -> bool:
+    """Run the parent's jobs until it leaves: True if it parked this worker for the next process
+    (slots.py, `park`), False if it just went away (killed, crashed): then the worker ends at once
+    rather than idling for a claimant that will never come."""
     while True:
         got = _receive(sock)
         if got is None:
-            return
+            return False
         request, fds = got
+        if request.get("park"):
+            return True
         world = int(request["world"])
         out, err = fds[2 * world], fds[2 * world + 1]
         sys.stdout.flush()
@@ -188,14 +194,15 @@ def main(argv) -> int:
     _prctl(PR_SET_DUMPABLE, 0)
     warm_up()
     while True:
+        parked = False
         try:
             sock.sendall(b'{"event": "warm"}\n')
-            serve(sock)
+            parked = serve(sock)
         except OSError:
             pass
         sock.close()
-        if _listener is None or not select.select([_listener], [], [], idle_s)[0]:
-            return 0                                    # nobody came back: pid 1 ends, the sandbox with it
+        if not parked or _listener is None or not select.select([_listener], [], [], idle_s)[0]:
+            return 0                                    # not parked, or nobody came: pid 1 ends, the sandbox with it
         try:
             sock, _ = _listener.accept()
         except OSError:

@@ -15,23 +15,16 @@ tests are skipped, unless CI is set.
 """
 from __future__ import annotations
 
-import functools
-import http.server
-import os
-import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from site_build import shared_build
+from test_site_browser import browser, site_url  # noqa: F401  (fixtures; its guards skip or fail without Chromium)
 
 pytestmark = pytest.mark.slow       # starts a browser and builds the site: `make test`, not `make check`
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 TOP = 3
 
 # (query, the page it must find in its first TOP pages, where that page explains it)
@@ -79,50 +72,6 @@ BENCHMARK = [
     ("NCCL", "chapters/ch20/", "## NCCL：通信库怎么配"),
     ("safetensors", "chapters/ch03/", "## safetensors：零复制、不执行代码"),
 ]
-
-
-def _require(condition: bool, reason: str):
-    if condition:
-        return
-    if IN_CI:
-        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)")
-    pytest.skip(reason, allow_module_level=True)
-
-
-_require(Path(CHROMIUM).is_file(), f"{CHROMIUM} not found: apt-get install -y chromium")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the environment
-    _require(False, "Python package playwright not installed: pip install playwright")
-try:
-    import material  # noqa: F401
-    import mkdocs  # noqa: F401
-except ImportError:  # pragma: no cover
-    _require(False, "site dependencies not installed: pip install -e '.[site]'")
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def site_url():
-    root = shared_build(offline=False)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_QuietHandler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 class _Tab:

@@ -21,9 +21,10 @@ _spec.loader.exec_module(materials)
 TUTORIAL = "docs/chapters/ch07-tutorial.ipynb"
 
 
-def config(repo_link: str = "", branch: str = "main", offline: bool = False) -> dict:
+def config(repo_link: str = "", branch: str = "main", offline: bool = False, hosted: str = "") -> dict:
     plugin = SimpleNamespace(config={"enabled": offline})
-    return {"extra": {"repo_link": repo_link, "repo_branch": branch}, "config_file_path": str(REPO / "mkdocs.yml"),
+    return {"extra": {"repo_link": repo_link, "repo_branch": branch, "hosted_branch": hosted},
+            "config_file_path": str(REPO / "mkdocs.yml"),
             "plugins": {"material/offline": plugin}}
 
 
@@ -53,6 +54,18 @@ def test_hosted_links_open_the_repository_notebook():
     # not set, or not on GitHub: no hosted links (they open GitHub paths)
     assert materials.hosted_links(config(""), TUTORIAL) == []
     assert materials.hosted_links(config("https://gitee.com/acme/vram-course"), TUTORIAL) == []
+
+
+def test_published_links_open_the_copies_that_install_vramlab():
+    cfg = config("https://github.com/acme/vram-course", hosted="hosted-notebooks")
+    links = dict(materials.hosted_links(cfg, TUTORIAL))
+    assert links["Colab"] == "https://colab.research.google.com/github/acme/vram-course/blob/hosted-notebooks/" + TUTORIAL
+    raw = "https://raw.githubusercontent.com/acme/vram-course/hosted-notebooks/" + TUTORIAL
+    assert parse_qs(urlsplit(links["Kaggle"]).query)["src"] == [raw]
+    assert raw in links.values()                                  # the download for ModelScope
+    box = materials.run_box(cfg, page("chapters/ch07/"), Files(**{"materials.md": "materials/"}),
+                            path=TUTORIAL, kind="tutorial")
+    assert "第一格会安装 vramlab" in box and "%pip install" not in box
 
 
 def test_install_line_clones_the_repository():

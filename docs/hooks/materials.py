@@ -10,7 +10,8 @@
 - Every tutorial notebook page (after its h1) and every exercise card (`<!-- vramlab:exercise ID -->`,
   turned into the card by docs/hooks/exercises.py, which must come after this hook in mkdocs.yml)
   gets a box: how to open it locally, and when `extra.repo_link` is set (the published site), one-
-  click links to Colab, Kaggle and ModelScope. Plain links: nothing is loaded from those hosts.
+  click links to Colab, Kaggle and ModelScope. Plain links: nothing is loaded from those hosts. With
+  `extra.hosted_branch` (the workflow pushes it) they open copies whose first cell installs vramlab.
 """
 from __future__ import annotations
 
@@ -58,30 +59,45 @@ def _root(config) -> Path:
     return Path(config["config_file_path"]).resolve().parent
 
 
-def _repo(config) -> tuple[str, str, str] | None:
-    """(https link, 'owner/name' or '', branch) from extra.repo_link; None when not set."""
+def _repo(config) -> tuple[str, str, str, str] | None:
+    """(https link, 'owner/name' or '', branch, hosted branch or '') from extra; None when not set."""
     extra = config.get("extra") or {}
     link = str(extra.get("repo_link") or "").strip().rstrip("/")
     if not link:
         return None
     m = _GITHUB.match(link)
     branch = str(extra.get("repo_branch") or "main").strip() or "main"
-    return link, (f"{m.group(1)}/{m.group(2)}" if m else ""), branch
+    hosted = str(extra.get("hosted_branch") or "").strip()
+    return link, (f"{m.group(1)}/{m.group(2)}" if m else ""), branch, hosted
 
 
 def hosted_links(config, path: str) -> list[tuple[str, str]]:
-    """[(name, url)] of the hosted notebooks that open `path` (relative to the repository root)."""
+    """[(name, url)] of the hosted notebooks that open `path` (relative to the repository root).
+
+    On the published site (`extra.hosted_branch` set by the workflow) they open the copy on that
+    branch, whose first cell installs vramlab (vramlab/hosted.py); otherwise the repository's own
+    notebook, to which the learner adds install_line() by hand."""
     repo = _repo(config)
     if repo is None or not repo[1]:
         return []
-    _, slug, branch = repo
+    _, slug, branch, hosted = repo
+    ref = quote(hosted or branch)
     p = quote(path)
-    raw = f"https://raw.githubusercontent.com/{slug}/{quote(branch)}/{p}"
-    return [
-        ("Colab", f"https://colab.research.google.com/github/{slug}/blob/{quote(branch)}/{p}"),
+    raw = f"https://raw.githubusercontent.com/{slug}/{ref}/{p}"
+    links = [
+        ("Colab", f"https://colab.research.google.com/github/{slug}/blob/{ref}/{p}"),
         ("Kaggle", f"https://kaggle.com/kernels/welcome?src={quote(raw, safe='')}"),
         ("ModelScope（魔搭，国内可访问）", MODELSCOPE),
     ]
+    if hosted:
+        links.append(("下载（ModelScope 等平台上传用）", raw))
+    return links
+
+
+def hosted_install(config) -> bool:
+    """Whether the hosted links open copies that install vramlab themselves."""
+    repo = _repo(config)
+    return bool(repo and repo[1] and repo[3])
 
 
 def install_line(config) -> str:
@@ -123,7 +139,11 @@ def run_box(config, page, files, *, path: str, kind: str, exercise_id: str = "")
                  f"再运行 {code('.venv/bin/jupyter lab ' + path)}。有 NVIDIA GPU 时教程自动在真卡上测量"
                  f"（{code('vramlab.open_device(' + chr(34) + 'auto' + chr(34) + ')')}），没有时在 CPU 上的模拟设备里运行。")
     links = hosted_links(config, path)
-    if links:
+    if links and hosted_install(config):
+        online = ("<strong>在线（免费 GPU）</strong>：" + " · ".join(_a(u, n) for n, u in links)
+                  + "。链接打开的副本第一格会安装 vramlab（固定在构建这份网站的提交），从上到下运行即可；"
+                  + "ModelScope 要先启动实例再上传下载的 notebook，步骤见" + mat_link("online", "获取课程材料") + "。")
+    elif links:
         online = ("<strong>在线（免费 GPU）</strong>：" + " · ".join(_a(u, n) for n, u in links)
                   + f"。打开后先在最前面加一个单元格运行 {code(install_line(config))}，再从上到下运行；"
                   + "ModelScope 要先启动实例再导入 notebook，步骤见" + mat_link("online", "获取课程材料") + "。")

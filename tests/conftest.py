@@ -6,7 +6,14 @@
   process: from the first fixture on, starting one raises, and the test must be marked `slow`.
 """
 import os
+import signal
 import tempfile
+
+# A suite started as a background job of a script (`make test &`) inherits SIGINT ignored, and an
+# ignored signal stays ignored in every child: the Ctrl-C tests would see nothing. Restore it here,
+# in the controller and in each xdist worker, so their children get the default too.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # one folder for the whole run: pytest-xdist's workers inherit it from the controller
 os.environ.setdefault("VRAMLAB_TEST_RUN_CACHE", tempfile.mkdtemp(prefix="vramlab-test-cache-"))

@@ -1,0 +1,124 @@
+"""Recorded grading runs: what the sandboxed children reported, replayed through the real grader.
+
+tests/test_alternatives.py grades ~160 alternative submissions. Their children are deterministic
+on the simulated device, so a run is recorded once (scripts/record_alternatives.py) and replayed:
+`vramlab.grader.core.run_job` returns the recorded ChildRun, and everything after it (the checks of
+core.py, the observer's comparison, the kind's judge) runs for real. A recording is used only
+while it is current: its `code` key covers every file of the package that a grading child can run
+(the static import closure of the harness, the kinds and the specs), the package's data files and
+the versions of torch, transformers and peft; a run whose job or source is not recorded, or any
+change to that code, makes the test grade live instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDINGS = ROOT / "tests" / "fixtures" / "alternatives"
+# what a grading child imports (launch -> harness -> kinds -> specs -> sim, models ...)
+CHILD_IMPORTS = "import vramlab.grader.launch\nimport vramlab.grader.harness\nimport vramlab.grader.kinds\nimport vramlab.exercises\n"
+
+
+def code_key() -> str:
+    import importlib.metadata
+
+    from vramlab.tutorials import PACKAGE, import_closure
+
+    h = hashlib.sha256()
+    data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
+            and "__pycache__" not in p.parts and "evidence" not in p.relative_to(PACKAGE).parts]
+    for path in sorted(set(import_closure(CHILD_IMPORTS)) | set(data)):
+        h.update(str(path.relative_to(PACKAGE)).encode())
+        h.update(path.read_bytes())
+    for dist in ("torch", "transformers", "peft"):
+        try:
+            h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            h.update(f"{dist} missing".encode())
+    return h.hexdigest()
+
+
+def run_key(job: dict, source: str) -> str:
+    """One run: the job without what differs between honest runs of it (cores, a drawn case), and
+    the source it ran."""
+    comparable = {k: v for k, v in job.items() if k not in ("threads", "case_seed")}
+    text = json.dumps(comparable, sort_keys=True) + "\0" + source
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _to_json(run) -> dict:
+    return dataclasses.asdict(run)
+
+
+def _from_json(doc: dict):
+    from vramlab.grader.observer import RankObservation
+    from vramlab.grader.sandbox import ChildRun
+
+    doc = dict(doc, observations=[RankObservation(**o) for o in doc.get("observations", [])])
+    return ChildRun(**doc)
+
+
+def path_for(exercise_id: str) -> Path:
+    return RECORDINGS / f"{exercise_id}.json"
+
+
+def load(exercise_id: str) -> dict | None:
+    path = path_for(exercise_id)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+@contextlib.contextmanager
+def recording(table: dict[str, list]):
+    """Grade for real, adding every child's ChildRun to `table` under its run key."""
+    from vramlab.grader import core
+
+    real, lock = core.run_job, threading.Lock()
+
+    def run_job(job, source, *args, **kwargs):
+        run = real(job, source, *args, **kwargs)
+        if job.get("case_seed"):
+            return run                          # a drawn case (ch02) is never replayed
+        with lock:
+            table.setdefault(run_key(job, source), []).append(_to_json(run))
+        return run
+
+    core.run_job = run_job
+    try:
+        yield table
+    finally:
+        core.run_job = real
+
+
+class NotRecorded(LookupError):
+    pass
+
+
+@contextlib.contextmanager
+def replaying(table: dict[str, list]):
+    """Serve every run from `table` (in turn, where one job ran twice); NotRecorded otherwise."""
+    from vramlab.grader import core
+
+    real, lock, served = core.run_job, threading.Lock(), {}
+
+    def run_job(job, source, *args, **kwargs):
+        if job.get("case_seed"):
+            raise NotRecorded("a drawn case")
+        key = run_key(job, source)
+        with lock:
+            runs = table.get(key)
+            if not runs:
+                raise NotRecorded(key)
+            i = served.get(key, 0)
+            served[key] = i + 1
+        return _from_json(runs[i % len(runs)])
+
+    core.run_job = run_job
+    try:
+        yield
+    finally:
+        core.run_job = real

@@ -40,12 +40,13 @@ def _grade(spec, source: str, scale: str, backend: str, sandbox: str, cold: bool
 
 
 def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False, backend: str = "sim",
-        only: list[str] | None = None, sandbox: str = "auto", compare: bool = False, class_size: int = 0) -> list[dict]:
+        only: list[str] | None = None, sandbox: str = "auto", compare: bool = False, class_size: int = 0,
+        workers: int = 2, class_only: bool = False) -> list[dict]:
     from ..exercises import EXERCISES
 
     rows = []
     chosen = [s for s in EXERCISES.values() if not only or s.id in only]
-    for spec in chosen:
+    for spec in ([] if class_only else chosen):
         world = spec.ci.settings.world_size if scale == "ci" else spec.gpu.settings.world_size
         codes = [("solution", spec.solution)] + ([("starter", spec.starter)] if measure_starters else [])
         for code, src in codes:
@@ -63,8 +64,8 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
             rows.append(row)
             if not as_json:
                 _print_row(row)
-    if class_size and rows:
-        rows_class = _class(chosen, class_size, backend, scale, sandbox, as_json)
+    if class_size and chosen:
+        rows_class = _class(chosen, class_size, backend, scale, sandbox, as_json, workers)
     else:
         rows_class = None
     if as_json:
@@ -107,10 +108,10 @@ def _summary(rows: list[dict]) -> None:
           f"（沙箱：{'是' if rows[0]['sandboxed'] else '否'}）")
 
 
-def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: bool) -> dict:
+def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: bool, workers: int = 2) -> dict:
     """Grade `size` students' copies of each chosen solution through the batch: gradings/minute.
 
-    One pool of 2 workers serves both rounds. The first, untimed, grades one copy per exercise: the
+    One pool of `workers` workers serves both rounds. The first, untimed, grades one copy per exercise: the
     workers start their sandboxes and the starter's run is measured at the batch's share of the
     cores, what a class pays once. The second is timed: the rate a class of any size is graded at."""
     from ..batch import _start_pool, _stop_pool, grade_many
@@ -127,26 +128,26 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
                     paths.append(str(folder / f"{spec.id}.py"))
             return paths
 
-        pool, stop, pool_tmp = _start_pool(2)
+        pool, stop, pool_tmp = _start_pool(workers)
         try:
             t0 = time.perf_counter()
-            grade_many(copies(["first"]), workers=2, backend=backend, scale=scale, progress=False,
+            grade_many(copies(["first"]), workers=workers, backend=backend, scale=scale, progress=False,
                        sandbox=sandbox, executor=pool)
             once = time.perf_counter() - t0
             paths = copies([f"student{i:03d}" for i in range(size)])
             t0 = time.perf_counter()
-            rows = grade_many(paths, workers=2, backend=backend, scale=scale, progress=not as_json, sandbox=sandbox,
+            rows = grade_many(paths, workers=workers, backend=backend, scale=scale, progress=not as_json, sandbox=sandbox,
                               executor=pool)
             wall = time.perf_counter() - t0
         finally:
             _stop_pool(pool, stop, pool_tmp, kill=False)
     per_minute = len(rows) / wall * 60
     result = {"gradings": len(rows), "wall_seconds": round(wall, 1), "per_minute": round(per_minute, 1),
-              "passed": sum(1 for r in rows if r.get("passed")), "once_seconds": round(once, 1),
+              "passed": sum(1 for r in rows if r.get("passed")), "once_seconds": round(once, 1), "workers": workers,
               "projected_30x30_minutes": round((once + 900 / per_minute * 60) / 60, 1)}
     if not as_json:
         print(f"全班：先评每题一份（启动评分进程、按批量的线程数测起始代码，一个班只付一次）{once:.0f} s；"
-              f"再评 {len(rows)} 份（{result['passed']} 份通过），2 个并行，用时 {wall:.0f} s，每分钟 {per_minute:.1f} 份；"
+              f"再评 {len(rows)} 份（{result['passed']} 份通过），{workers} 个并行，用时 {wall:.0f} s，每分钟 {per_minute:.1f} 份；"
               f"按这个速度，30 人 × 30 题约 {result['projected_30x30_minutes']:.0f} 分钟（含只付一次的部分；目标 ≤ 15）")
     return result
 

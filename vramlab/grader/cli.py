@@ -102,7 +102,7 @@ def cmd_grade_bench(args):
     only = _exercise_ids(args.only) if args.only is not None else None
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
         only=only, sandbox="off" if args.no_sandbox else "auto",
-        compare=args.compare, class_size=args.class_size)
+        compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only)
     return 0
 
 
@@ -119,7 +119,7 @@ def _exercise_ids(text: str) -> list[str]:
 
 
 def add_commands(sub):
-    from ..cli import _non_negative_int, _positive_seconds
+    from ..cli import _non_negative_int, _positive_int, _positive_seconds
 
     e = sub.add_parser("exercises", help="列出评分练习（编号、函数、目标、分值、notebook 路径）")
     e.add_argument("--json", action="store_true", help="输出 JSON")
@@ -144,6 +144,8 @@ def add_commands(sub):
     b.add_argument("--compare", action="store_true",
                    help="同时按以前的做法（每次新起解释器、每次重测起始代码）评一次，打印两者之比")
     b.add_argument("--class-size", type=_non_negative_int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
+    b.add_argument("--workers", type=_positive_int, default=2, help="全班评分时同时评的份数（默认 2）")
+    b.add_argument("--class-only", action="store_true", help="只测全班吞吐，不逐题测单次评分")
     b.set_defaults(func=cmd_grade_bench)
 
 

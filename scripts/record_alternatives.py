@@ -31,14 +31,17 @@ def record(exercise: str, paths: list[Path]) -> dict:
     from vramlab.grader.core import grade_file
 
     table: dict[str, list] = {}
-    verdicts = {}
-    with recorded_runs.recording(table):
-        for path in paths:
+    verdicts, sources = {}, {}
+    for path in paths:
+        drawn: list = []
+        with recorded_runs.recording(table, drawn):
             r = grade_file(exercise, path, reuse_baseline=True)
-            verdicts[path.stem] = r["category"]
+        verdicts[path.stem] = r["category"]
+        if not drawn:                         # every run of this grading can be replayed
+            sources[path.stem] = recorded_runs.file_sha(path)
     return {"exercise": exercise, "code": recorded_runs.code_key(), "torch": torch.__version__,
             "sandboxed": policy.bwrap_path() is not None, "recorded": datetime.date.today().isoformat(),
-            "verdicts": verdicts, "runs": table}
+            "verdicts": verdicts, "sources": sources, "runs": table}
 
 
 def main(argv) -> int:

@@ -43,6 +43,11 @@ def code_key() -> str:
     return h.hexdigest()
 
 
+def file_sha(path: Path) -> str:
+    """The alternative's own bytes: a recording answers for the file it was made from."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def run_key(job: dict, source: str) -> str:
     """One run: the job without what differs between honest runs of it (cores, a drawn case), and
     the source it ran."""
@@ -73,8 +78,9 @@ def load(exercise_id: str) -> dict | None:
 
 
 @contextlib.contextmanager
-def recording(table: dict[str, list]):
-    """Grade for real, adding every child's ChildRun to `table` under its run key."""
+def recording(table: dict[str, list], drawn: list | None = None):
+    """Grade for real, adding every child's ChildRun to `table` under its run key; a run of a case
+    drawn at grading time (ch02) is not recorded (it could never be replayed) but noted in `drawn`."""
     from vramlab.grader import core
 
     real, lock = core.run_job, threading.Lock()
@@ -82,7 +88,9 @@ def recording(table: dict[str, list]):
     def run_job(job, source, *args, **kwargs):
         run = real(job, source, *args, **kwargs)
         if job.get("case_seed"):
-            return run                          # a drawn case (ch02) is never replayed
+            if drawn is not None:
+                drawn.append(job.get("function"))
+            return run
         with lock:
             table.setdefault(run_key(job, source), []).append(_to_json(run))
         return run

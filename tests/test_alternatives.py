@@ -6,9 +6,12 @@ by `|`) for a counter-example that must fail with that reason category. A passin
 land at least 10% inside the target (ratio <= 0.9 x target_ratio): a technique that only just passes
 on the simulated device would fail for a learner whose numbers differ a little.
 
-The children's runs are replayed from tests/fixtures/alternatives/ while those recordings are current
-(tests/recorded_runs.py says what "current" covers); otherwise, and for any run not recorded, the
-alternative is graded live. Re-record after changing the grader or the simulated device:
+Two tiers. Where the alternative's recording is current (tests/fixtures/alternatives/, made by
+scripts/record_alternatives.py; tests/recorded_runs.py says what "current" covers: the file itself,
+everything a grading child runs, the library versions), its children's runs are replayed through
+the real grader and judged in the fast tier (`make check`, no process started). Every other
+alternative (no recording, an out-of-date one, or an exercise that draws its cases at grading time,
+ch02) is graded live in the full tier. Re-record after changing the grader or the simulated device:
 `.venv/bin/python scripts/record_alternatives.py [EXERCISE ...]`.
 """
 from __future__ import annotations
@@ -26,20 +29,23 @@ ALTERNATIVES = sorted((ROOT / "tests" / "alternatives").glob("*/*.py"))
 MARGIN = 0.9
 THIN_MARGIN: dict[str, str] = {}      # exercise id -> why its alternatives may land inside the margin (none today)
 CODE_KEY = recorded_runs.code_key()
+_RECORDINGS = {e: recorded_runs.load(e) for e in {p.parent.name for p in ALTERNATIVES}}
 
 
-def _grade(path: Path) -> tuple[dict, str]:
-    """(result, "replayed" or "live"): the recorded runs through the real grader when current."""
-    exercise = path.parent.name
-    recording = recorded_runs.load(exercise)
-    if recording and recording.get("code") == CODE_KEY:
-        try:
-            with recorded_runs.replaying(recording["runs"]):
-                return grade_file(exercise, path, reuse_baseline=False), "replayed"
-        except GraderError as e:
-            if not isinstance(e.__cause__, recorded_runs.NotRecorded):
-                raise
-    return grade_file(exercise, path, reuse_baseline=True), "live"   # one trusted starter run per exercise
+def _recording(path: Path) -> dict | None:
+    """The exercise's recording, if it is current for this alternative."""
+    doc = _RECORDINGS.get(path.parent.name)
+    if doc and doc.get("code") == CODE_KEY and doc.get("sources", {}).get(path.stem) == recorded_runs.file_sha(path):
+        return doc
+    return None
+
+
+RECORDED = [p for p in ALTERNATIVES if _recording(p)]
+LIVE = [p for p in ALTERNATIVES if not _recording(p)]
+
+
+def _ids(paths):
+    return [f"{p.parent.name}/{p.stem}" for p in paths]
 
 
 def _expect(path: Path) -> set[str]:
@@ -71,17 +77,33 @@ def test_alternatives_cover_the_exercises():
     assert not missing, "\n".join(missing)
 
 
+@pytest.mark.parametrize("path", RECORDED, ids=_ids(RECORDED))
+def test_alternative_on_its_recorded_runs(path):
+    """The recorded children through the real grader (the sandbox off: nothing is started)."""
+    try:
+        with recorded_runs.replaying(_recording(path)["runs"]):
+            r = grade_file(path.parent.name, path, reuse_baseline=False, sandbox="off")
+    except GraderError as e:
+        if isinstance(e.__cause__, recorded_runs.NotRecorded):
+            pytest.fail(f"a run of {path.stem} is missing from its current recording: re-record "
+                        f"(scripts/record_alternatives.py {path.parent.name})")
+        raise
+    _check(path, r)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ALTERNATIVES, ids=[f"{p.parent.name}/{p.stem}" for p in ALTERNATIVES])
-def test_alternative(path):
+@pytest.mark.parametrize("path", LIVE, ids=_ids(LIVE))
+def test_alternative_graded_live(path):
+    warnings.warn(f"{path.parent.name}/{path.stem} graded live: no current recording "
+                  "(scripts/record_alternatives.py)")
+    _check(path, grade_file(path.parent.name, path, reuse_baseline=True))     # one trusted starter run per exercise
+
+
+def _check(path: Path, r: dict) -> None:
     from vramlab.exercises import get_exercise
 
     get_exercise(path.parent.name)                  # the folder names a real exercise
     expected = _expect(path)
-    r, how = _grade(path)
-    if how == "live":
-        warnings.warn(f"{path.parent.name}/{path.stem} graded live: its recording is missing or out of date "
-                      "(scripts/record_alternatives.py)")
     assert r["reason"] and any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])     # Chinese reason
     if "pass" in expected:
         assert r["passed"] and r["category"] == "ok" and r["score"] == r["max_score"], r["reason"]

@@ -5,9 +5,9 @@ on the simulated device, so a run is recorded once (scripts/record_alternatives.
 `vramlab.grader.core.run_job` returns the recorded ChildRun, and everything after it (the checks of
 core.py, the observer's comparison, the kind's judge) runs for real. A recording is used only
 while it is current: its `code` key covers every file of the package that a grading child can run
-(the static import closure of the harness, the kinds and the specs), the package's data files and
-the versions of torch, transformers and peft; a run whose job or source is not recorded, or any
-change to that code, makes the test grade live instead.
+(the static import closure of the warm worker, the harness, the kinds and the specs), the package's
+data files, the Python version and the versions of torch, transformers, peft and bitsandbytes;
+with the alternative file's own hash (test_alternatives.py). Anything else makes the test grade live.
 """
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import sys
 import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "tests" / "fixtures" / "alternatives"
-# what a grading child imports (launch -> harness -> kinds -> specs -> sim, models ...)
-CHILD_IMPORTS = "import vramlab.grader.launch\nimport vramlab.grader.harness\nimport vramlab.grader.kinds\nimport vramlab.exercises\n"
+# what a grading child runs: forked from the warm worker (worker.py) or started by launch.py, then
+# harness -> kinds -> specs -> sim, models ...
+CHILD_IMPORTS = "import vramlab.grader.launch\nimport vramlab.grader.worker\nimport vramlab.grader.harness\nimport vramlab.grader.kinds\nimport vramlab.exercises\n"
 
 
 def code_key() -> str:
@@ -35,7 +37,8 @@ def code_key() -> str:
     for path in sorted(set(import_closure(CHILD_IMPORTS)) | set(data)):
         h.update(str(path.relative_to(PACKAGE)).encode())
         h.update(path.read_bytes())
-    for dist in ("torch", "transformers", "peft"):
+    h.update(f"python {sys.version}".encode())
+    for dist in ("torch", "transformers", "peft", "bitsandbytes"):
         try:
             h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
         except importlib.metadata.PackageNotFoundError:

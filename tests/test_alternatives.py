@@ -44,6 +44,17 @@ RECORDED = [p for p in ALTERNATIVES if _recording(p)]
 LIVE = [p for p in ALTERNATIVES if not _recording(p)]
 
 
+def test_code_key_covers_what_a_grading_child_runs():
+    from vramlab.tutorials import PACKAGE, import_closure
+
+    files = {p.relative_to(PACKAGE).as_posix() for p in import_closure(recorded_runs.CHILD_IMPORTS)}
+    for runs in ("grader/worker.py", "grader/launch.py", "grader/harness.py", "grader/guards.py",
+                 "grader/kinds/train_step.py", "sim/tracker.py", "sim/emulation.py", "models.py", "exercises/spec.py"):
+        assert runs in files, runs
+    for never in ("cli.py", "plan.py", "hosted.py", "evidence.py", "grader/bench.py"):
+        assert never not in files, never       # changing these must not make the recordings stale
+
+
 def _ids(paths):
     return [f"{p.parent.name}/{p.stem}" for p in paths]
 

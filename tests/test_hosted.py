@@ -16,6 +16,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_every_course_notebook_gets_a_copy_with_the_install_cell_first(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
     written = hosted.write(REPO, tmp_path, "https://github.com/acme/vram-course", SHA)
     rels = sorted(p.relative_to(tmp_path).as_posix() for p in written)
     expected = sorted(p.relative_to(REPO).as_posix() for p in hosted.sources(REPO))
@@ -29,6 +30,7 @@ def test_every_course_notebook_gets_a_copy_with_the_install_cell_first(tmp_path)
         assert f"vramlab @ git+https://github.com/acme/vram-course.git@{SHA}" in first, rel
         assert copy["cells"][1:] == original["cells"], f"{rel}: the rest of the notebook changed"
         assert copy["metadata"] == original["metadata"]
+        nbformat.validate(nbformat.from_dict(copy))          # what Colab and Kaggle are handed is a valid notebook
     # idempotent: a copy of a copy has one install cell
     again = hosted.hosted_copy(copy, "https://github.com/acme/vram-course", SHA)
     assert [c.get("id") for c in again["cells"]].count(hosted.CELL_ID) == 1

@@ -5,9 +5,10 @@ on the simulated device, so a run is recorded once (scripts/record_alternatives.
 `vramlab.grader.core.run_job` returns the recorded ChildRun, and everything after it (the checks of
 core.py, the observer's comparison, the kind's judge) runs for real. A recording is used only
 while it is current: its `code` key covers every file of the package that a grading child can run
-(the static import closure of the warm worker, the harness, the kinds and the specs), the package's
-data files, the Python version and the versions of torch, transformers, peft and bitsandbytes;
-with the alternative file's own hash (test_alternatives.py). Anything else makes the test grade live.
+(the static import closure of the warm worker, the harness, the kinds and the specs, as the
+tutorials' freshness hash computes it), the package's data files, the Python version and the
+versions of torch, transformers, peft and bitsandbytes; with the alternative file's own hash
+(test_alternatives.py). Anything else makes the test grade live.
 """
 from __future__ import annotations
 
@@ -27,16 +28,13 @@ CHILD_IMPORTS = "import vramlab.grader.launch\nimport vramlab.grader.worker\nimp
 
 
 def code_key() -> str:
+    """The tutorials' freshness hash (vramlab.tutorials.package_sha256: an import closure and the
+    package's data files) of what a grading child imports, with the Python and library versions."""
     import importlib.metadata
 
-    from vramlab.tutorials import PACKAGE, import_closure
+    from vramlab.tutorials import package_sha256
 
-    h = hashlib.sha256()
-    data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
-            and "__pycache__" not in p.parts and "evidence" not in p.relative_to(PACKAGE).parts]
-    for path in sorted(set(import_closure(CHILD_IMPORTS)) | set(data)):
-        h.update(str(path.relative_to(PACKAGE)).encode())
-        h.update(path.read_bytes())
+    h = hashlib.sha256(package_sha256(CHILD_IMPORTS).encode())
     h.update(f"python {sys.version}".encode())
     for dist in ("torch", "transformers", "peft", "bitsandbytes"):
         try:

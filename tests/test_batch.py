@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 EX = "ch05-accumulation"
 
 
-def _subs(tmp_path: Path, n: int) -> list[Path]:
+def _subs(tmp_path: Path, n: int, exercise: str = EX) -> list[Path]:
     """n fake submissions in nbgrader's layout .../<student>/<exercise>/<exercise>.ipynb"""
     paths = []
     for i in range(n):
-        p = tmp_path / "submitted" / f"s{i}" / EX / f"{EX}.ipynb"
+        p = tmp_path / "submitted" / f"s{i}" / exercise / f"{exercise}.ipynb"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"submission of s{i}\n", encoding="utf-8")
         paths.append(p)

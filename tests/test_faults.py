@@ -28,6 +28,8 @@ from vramlab import batch, cli, errors
 from vramlab.grader import autograde, core, sandbox
 from vramlab.grader import cli as grader_cli
 
+from test_batch import _alive, _subs as batch_subs
+
 ROOT = Path(__file__).resolve().parent.parent
 EX = "ch01-estimate"
 SOLUTION = ROOT / "solutions" / EX / f"{EX}.ipynb"
@@ -397,13 +399,8 @@ def test_the_cold_grading_folder_is_removed_on_every_path(tmp_path, monkeypatch)
 # ---------------------------------------------------------------------------------------------------
 
 def _subs(tmp_path: Path, n: int) -> list[str]:
-    out = []
-    for i in range(n):
-        p = tmp_path / "submitted" / f"s{i}" / EX / f"{EX}.ipynb"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(f"submission {i}\n", encoding="utf-8")
-        out.append(str(p))
-    return out
+    """test_batch's fake submissions, of this file's exercise, as command-line arguments."""
+    return [str(p) for p in batch_subs(tmp_path, n, EX)]
 
 
 @pytest.mark.parametrize("fault", ["full-disk", "no-gpu"])
@@ -570,14 +567,6 @@ def test_trusted_regrade_refuses_a_bad_timeout():
 # ---------------------------------------------------------------------------------------------------
 
 from vramlab.grader.observer import descendants as _descendants  # noqa: E402
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def _grade_env(tmp: Path, **extra) -> dict:

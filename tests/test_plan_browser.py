@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from test_site_browser import Watch, browser, offline_root, site_url  # noqa: F401  (fixtures)
+from test_site_browser import browser, offline_root, site_url, watch  # noqa: F401  (fixtures)
 from vramlab import hfconfig as H
 from vramlab import plan as P
 
@@ -41,61 +41,49 @@ def run(page, sample: str, fields: dict) -> dict:
     return json.loads(out.get_attribute("data-plan"))
 
 
-def test_planner_equals_the_command_line(browser, site_url):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto(site_url + "tools/plan/", wait_until="load")
-        page.wait_for_selector(".vramlab-plan form")
-        for sample, fields, kwargs in CASES:
-            got = run(page, sample, fields)
-            assert "error" not in got, got
-            want = P.make_plan(H.load_config(H.CONFIG_DIR / f"{sample}.json"), verify=False, **kwargs)
-            for k in ("searched", "fitting", "seq", "usable_bytes", "gpus", "global_batch"):
-                assert got[k] == want[k], (sample, k)
-            assert len(got["recommendations"]) == len(want["recommendations"]) > 0, sample
-            for g, w in zip(got["recommendations"], want["recommendations"]):
-                for k in ("summary", "method", "workload", "estimate_bytes", "need_bytes", "breakdown", "next_micro_batch"):
-                    assert g[k] == w[k], (sample, w["rank"], k)
-                for k, v in w["cost"].items():
-                    assert abs(g["cost"][k] - v) < 1e-6, (sample, k)
-                assert [(t["technique"], t["without_need_bytes"], t["without_fits"]) for t in g["techniques"]] == \
-                       [(t["technique"], t["without_need_bytes"], t["without_fits"]) for t in w["techniques"]]
-        assert page.locator(".vramlab-plan__rec").count() >= 1
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_planner_equals_the_command_line(watch, site_url):  # noqa: F811
+    page = watch.page
+    page.goto(site_url + "tools/plan/", wait_until="load")
+    page.wait_for_selector(".vramlab-plan form")
+    for sample, fields, kwargs in CASES:
+        got = run(page, sample, fields)
+        assert "error" not in got, got
+        want = P.make_plan(H.load_config(H.CONFIG_DIR / f"{sample}.json"), verify=False, **kwargs)
+        for k in ("searched", "fitting", "seq", "usable_bytes", "gpus", "global_batch"):
+            assert got[k] == want[k], (sample, k)
+        assert len(got["recommendations"]) == len(want["recommendations"]) > 0, sample
+        for g, w in zip(got["recommendations"], want["recommendations"]):
+            for k in ("summary", "method", "workload", "estimate_bytes", "need_bytes", "breakdown", "next_micro_batch"):
+                assert g[k] == w[k], (sample, w["rank"], k)
+            for k, v in w["cost"].items():
+                assert abs(g["cost"][k] - v) < 1e-6, (sample, k)
+            assert [(t["technique"], t["without_need_bytes"], t["without_fits"]) for t in g["techniques"]] == \
+                   [(t["technique"], t["without_need_bytes"], t["without_fits"]) for t in w["techniques"]]
+    assert page.locator(".vramlab-plan__rec").count() >= 1
+    watch.assert_clean()
 
 
-def test_planner_refuses_unsupported_configs_like_python(browser, site_url, tmp_path):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto(site_url + "tools/plan/", wait_until="load")
-        page.wait_for_selector(".vramlab-plan form")
-        for cfg in ({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]},
-                    {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2}):
-            page.select_option(".vramlab-plan select[name=sample]", "")
-            page.fill(".vramlab-plan textarea[name=config]", json.dumps(cfg))
-            page.click(".vramlab-plan button[name=go]")
-            page.wait_for_function("document.querySelector('.vramlab-plan__out').hasAttribute('data-error')")
-            err = page.locator(".vramlab-plan__out").get_attribute("data-error")
-            with pytest.raises(H.ConfigError) as py_err:
-                H.preset_from_config(cfg, where="pasted")
-            assert err == str(py_err.value)
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_planner_refuses_unsupported_configs_like_python(watch, site_url, tmp_path):  # noqa: F811
+    page = watch.page
+    page.goto(site_url + "tools/plan/", wait_until="load")
+    page.wait_for_selector(".vramlab-plan form")
+    for cfg in ({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]},
+                {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2}):
+        page.select_option(".vramlab-plan select[name=sample]", "")
+        page.fill(".vramlab-plan textarea[name=config]", json.dumps(cfg))
+        page.click(".vramlab-plan button[name=go]")
+        page.wait_for_function("document.querySelector('.vramlab-plan__out').hasAttribute('data-error')")
+        err = page.locator(".vramlab-plan__out").get_attribute("data-error")
+        with pytest.raises(H.ConfigError) as py_err:
+            H.preset_from_config(cfg, where="pasted")
+        assert err == str(py_err.value)
+    watch.assert_clean()
 
 
-def test_planner_works_from_file_urls(browser, offline_root):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto((offline_root / "tools" / "plan.html").as_uri(), wait_until="load")
-        page.wait_for_selector(".vramlab-plan form")
-        got = run(page, "gpt2-medium", dict(card="8GiB"))
-        assert got["recommendations"] and got["model"]["params"] == 354_823_168
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_planner_works_from_file_urls(watch, offline_root):  # noqa: F811
+    page = watch.page
+    page.goto((offline_root / "tools" / "plan.html").as_uri(), wait_until="load")
+    page.wait_for_selector(".vramlab-plan form")
+    got = run(page, "gpt2-medium", dict(card="8GiB"))
+    assert got["recommendations"] and got["model"]["params"] == 354_823_168
+    watch.assert_clean()

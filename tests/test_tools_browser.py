@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_site_browser import Watch, browser, offline_root, site_url  # noqa: F401  (fixtures)
+from test_site_browser import browser, offline_root, site_url, watch  # noqa: F401  (fixtures)
 from vramlab.estimate import estimate
 from vramlab.trace.format import Event, build_trace
 from vramlab.webdata import CARDS_GB, CONTEXT_RESERVE_BYTES, fit_verdict
@@ -91,57 +91,49 @@ def assert_matches(got: dict, fields: dict, qlora: bool):
 
 # --------------------------------------------------------------------------- calculator
 
-def test_calculator_equals_python_estimate(browser, site_url):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto(site_url + "tools/calculator/", wait_until="load")
-        root = ".vramlab-calc"
-        page.wait_for_selector(f"{root}[data-total-bytes]")
-        assert page.locator(root).count() == 1
-        labels = page.locator(f"{root} .vramlab-calc__label").all_inner_texts()
-        for zh in ("模型", "精度", "优化器", "批大小（micro-batch）", "序列长度", "激活检查点", "LoRA 秩",
-                   "ZeRO 阶段", "GPU 数", "卸载"):
-            assert zh in labels, (zh, labels)
-        verdicts = set()
-        for fields, qlora in CASES:
-            fill(page, root, fields, qlora)
-            got = shown(page, root)
-            assert_matches(got, fields, qlora)
-            verdicts |= set(got["cards"].values())
-        assert {"fits", "no"} <= verdicts, verdicts
-        # the bars are drawn: widths in proportion, the largest category fills its track
-        widths = page.evaluate("[...document.querySelectorAll('.vramlab-calc__fill')].map(e => e.style.width)")
-        assert "100%" in widths and all(w.endswith("%") for w in widths)
-        # an impossible workload: Python and JS refuse it with the same Chinese message
-        fill(page, root, dict(model="gpt2-small", batch=8, seq=512), False)
-        page.locator(f"{root} input[name=seq]").fill("4096")
-        err = shown(page, root)["error"]
-        with pytest.raises(WorkloadError) as py_err:
-            Workload(model="gpt2-small", seq=4096).validate()
-        assert err == str(py_err.value), (err, str(py_err.value))
-        assert page.locator(f"{root} [role=alert]").inner_text().startswith("无法估算")
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_calculator_equals_python_estimate(watch, site_url):  # noqa: F811
+    page = watch.page
+    page.goto(site_url + "tools/calculator/", wait_until="load")
+    root = ".vramlab-calc"
+    page.wait_for_selector(f"{root}[data-total-bytes]")
+    assert page.locator(root).count() == 1
+    labels = page.locator(f"{root} .vramlab-calc__label").all_inner_texts()
+    for zh in ("模型", "精度", "优化器", "批大小（micro-batch）", "序列长度", "激活检查点", "LoRA 秩",
+               "ZeRO 阶段", "GPU 数", "卸载"):
+        assert zh in labels, (zh, labels)
+    verdicts = set()
+    for fields, qlora in CASES:
+        fill(page, root, fields, qlora)
+        got = shown(page, root)
+        assert_matches(got, fields, qlora)
+        verdicts |= set(got["cards"].values())
+    assert {"fits", "no"} <= verdicts, verdicts
+    # the bars are drawn: widths in proportion, the largest category fills its track
+    widths = page.evaluate("[...document.querySelectorAll('.vramlab-calc__fill')].map(e => e.style.width)")
+    assert "100%" in widths and all(w.endswith("%") for w in widths)
+    # an impossible workload: Python and JS refuse it with the same Chinese message
+    fill(page, root, dict(model="gpt2-small", batch=8, seq=512), False)
+    page.locator(f"{root} input[name=seq]").fill("4096")
+    err = shown(page, root)["error"]
+    with pytest.raises(WorkloadError) as py_err:
+        Workload(model="gpt2-small", seq=4096).validate()
+    assert err == str(py_err.value), (err, str(py_err.value))
+    assert page.locator(f"{root} [role=alert]").inner_text().startswith("无法估算")
+    watch.assert_clean()
 
 
-def test_fit_verdict_boundaries(browser, site_url):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto(site_url + "tools/calculator/", wait_until="load")
-        totals = []
-        for gb in CARDS_GB:
-            cap = gb * 10**9
-            totals += [cap - CONTEXT_RESERVE_BYTES, cap - CONTEXT_RESERVE_BYTES + 1, cap, cap + 1]
-        js = page.evaluate("""([totals, cards]) => totals.map(t => cards.map(gb => VramEstimate.fitVerdict(t, gb)))""",
-                           [totals, list(CARDS_GB)])
-        assert js == [[fit_verdict(t, gb) for gb in CARDS_GB] for t in totals]
-        assert {"fits", "tight", "no"} <= {v for row in js for v in row}
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_fit_verdict_boundaries(watch, site_url):  # noqa: F811
+    page = watch.page
+    page.goto(site_url + "tools/calculator/", wait_until="load")
+    totals = []
+    for gb in CARDS_GB:
+        cap = gb * 10**9
+        totals += [cap - CONTEXT_RESERVE_BYTES, cap - CONTEXT_RESERVE_BYTES + 1, cap, cap + 1]
+    js = page.evaluate("""([totals, cards]) => totals.map(t => cards.map(gb => VramEstimate.fitVerdict(t, gb)))""",
+                       [totals, list(CARDS_GB)])
+    assert js == [[fit_verdict(t, gb) for gb in CARDS_GB] for t in totals]
+    assert {"fits", "tight", "no"} <= {v for row in js for v in row}
+    watch.assert_clean()
 
 
 WIDGETS = {"ch01": "model=gpt2-small", "ch10": "zero=3", "ch19": "optimizer=adamw8bit", "ch24": "lora_rank=16"}
@@ -156,22 +148,18 @@ def _marker_fields(chapter: str) -> dict:
     return {k: types[k](v) for k, v in fields.items()}
 
 
-def test_chapter_widgets(browser, site_url):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        for chapter, hint in WIDGETS.items():
-            page.goto(site_url + f"chapters/{chapter}/", wait_until="load")
-            page.wait_for_selector(".vramlab-calc[data-compact][data-total-bytes]")
-            assert page.locator(".vramlab-calc").count() == 1
-            fields = _marker_fields(chapter)
-            assert hint.split("=")[0] in fields
-            assert_matches(shown(page, ".vramlab-calc"), fields, False)
-            link = page.locator("a.vramlab-calc__link")
-            assert link.count() == 1 and link.get_attribute("href").endswith("tools/calculator/")
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_chapter_widgets(watch, site_url):  # noqa: F811
+    page = watch.page
+    for chapter, hint in WIDGETS.items():
+        page.goto(site_url + f"chapters/{chapter}/", wait_until="load")
+        page.wait_for_selector(".vramlab-calc[data-compact][data-total-bytes]")
+        assert page.locator(".vramlab-calc").count() == 1
+        fields = _marker_fields(chapter)
+        assert hint.split("=")[0] in fields
+        assert_matches(shown(page, ".vramlab-calc"), fields, False)
+        link = page.locator("a.vramlab-calc__link")
+        assert link.count() == 1 and link.get_attribute("href").endswith("tools/calculator/")
+    watch.assert_clean()
 
 
 # --------------------------------------------------------------------------- timeline viewer
@@ -180,97 +168,89 @@ def _committed(name: str) -> dict:
     return json.loads((TRACES / f"{name}.json").read_text(encoding="utf-8"))
 
 
-def test_timeline_viewer(browser, site_url, tmp_path):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto(site_url + "tools/timeline/", wait_until="load")
-        index = json.loads((TRACES / "index.json").read_text(encoding="utf-8"))
-        root = ".vramlab-timeline"
-        page.wait_for_selector(f"{root}[data-trace={index[0]['name']}] svg")
-        assert page.locator(f"{root} select[name=trace] option").count() == len(index)
-        for entry in index:
-            page.locator(f"{root} select[name=trace]").select_option(entry["name"])
-            page.wait_for_selector(f"{root}[data-trace={entry['name']}]")
-            t = _committed(entry["name"])
-            peak = page.locator(f"{root} .vramlab-timeline__peak")
-            assert peak.get_attribute("data-op") == t["peak"]["op"]
-            assert peak.locator(".vramlab-timeline__op").inner_text() == t["peak"]["op"]
-            assert peak.locator(".vramlab-timeline__module").inner_text() == t["peak"]["module"]
-            assert "峰值" in peak.inner_text()
-            keys = page.eval_on_selector_all(f"{root} svg path.area", "ps => ps.map(p => p.dataset.key)")
-            assert keys == t["categories"]
-            assert page.locator(f"{root} svg [data-peak]").count() == 1
-            assert page.locator(f"{root} svg path.reserved").count() == 1
-            assert t["title"] in page.locator(f"{root} h3").inner_text()
-            assert page.locator(f"{root} .vramlab-timeline__download").get_attribute("href").endswith(
-                f"traces/{entry['name']}.json")
-        legend = page.locator(f"{root} .vramlab-timeline__legend").inner_text()
-        assert "激活值" in legend and "优化器状态" in legend and "已保留显存" in legend
-        # hover: the tooltip shows the point under the mouse
-        box = page.locator(f"{root} svg rect.overlay").bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-        assert page.locator(f"{root} .vramlab-timeline__tip").is_visible()
-        assert "已分配" in page.locator(f"{root} .vramlab-timeline__tip").inner_text()
-        # zoom with the buttons, reset, then by dragging a range
-        full = page.get_attribute(root, "data-view")
-        page.locator(f"{root} button", has_text="放大").click()
-        assert page.get_attribute(root, "data-view") != full
-        page.locator(f"{root} button", has_text="重置缩放").click()
-        assert page.get_attribute(root, "data-view") == full
-        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + 40)
-        page.mouse.down()
-        page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + 40, steps=5)
-        page.mouse.up()
-        lo, hi = map(int, page.get_attribute(root, "data-view").split("-"))
-        full_hi = int(full.split("-")[1])
-        assert 0 < lo < hi < full_hi and hi - lo < full_hi * 0.3, (lo, hi, full)
+def test_timeline_viewer(watch, site_url, tmp_path):  # noqa: F811
+    page = watch.page
+    page.goto(site_url + "tools/timeline/", wait_until="load")
+    index = json.loads((TRACES / "index.json").read_text(encoding="utf-8"))
+    root = ".vramlab-timeline"
+    page.wait_for_selector(f"{root}[data-trace={index[0]['name']}] svg")
+    assert page.locator(f"{root} select[name=trace] option").count() == len(index)
+    for entry in index:
+        page.locator(f"{root} select[name=trace]").select_option(entry["name"])
+        page.wait_for_selector(f"{root}[data-trace={entry['name']}]")
+        t = _committed(entry["name"])
+        peak = page.locator(f"{root} .vramlab-timeline__peak")
+        assert peak.get_attribute("data-op") == t["peak"]["op"]
+        assert peak.locator(".vramlab-timeline__op").inner_text() == t["peak"]["op"]
+        assert peak.locator(".vramlab-timeline__module").inner_text() == t["peak"]["module"]
+        assert "峰值" in peak.inner_text()
+        keys = page.eval_on_selector_all(f"{root} svg path.area", "ps => ps.map(p => p.dataset.key)")
+        assert keys == t["categories"]
+        assert page.locator(f"{root} svg [data-peak]").count() == 1
+        assert page.locator(f"{root} svg path.reserved").count() == 1
+        assert t["title"] in page.locator(f"{root} h3").inner_text()
+        assert page.locator(f"{root} .vramlab-timeline__download").get_attribute("href").endswith(
+            f"traces/{entry['name']}.json")
+    legend = page.locator(f"{root} .vramlab-timeline__legend").inner_text()
+    assert "激活值" in legend and "优化器状态" in legend and "已保留显存" in legend
+    # hover: the tooltip shows the point under the mouse
+    box = page.locator(f"{root} svg rect.overlay").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    assert page.locator(f"{root} .vramlab-timeline__tip").is_visible()
+    assert "已分配" in page.locator(f"{root} .vramlab-timeline__tip").inner_text()
+    # zoom with the buttons, reset, then by dragging a range
+    full = page.get_attribute(root, "data-view")
+    page.locator(f"{root} button", has_text="放大").click()
+    assert page.get_attribute(root, "data-view") != full
+    page.locator(f"{root} button", has_text="重置缩放").click()
+    assert page.get_attribute(root, "data-view") == full
+    page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + 40)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + 40, steps=5)
+    page.mouse.up()
+    lo, hi = map(int, page.get_attribute(root, "data-view").split("-"))
+    full_hi = int(full.split("-")[1])
+    assert 0 < lo < hi < full_hi and hi - lo < full_hi * 0.3, (lo, hi, full)
 
-        # the reader's own file, through the file input
-        own = build_trace([Event(1000, "parameters", "empty", "-"), Event(5000, "activations", "mm", "block.0.mlp"),
-                           Event(-5000, "activations", "mm", "block.0.mlp")],
-                          title="我的时间线", description="", source={"backend": "test"})
-        path = tmp_path / "mine.json"
-        path.write_text(json.dumps(own, ensure_ascii=False), encoding="utf-8")
-        page.locator(f"{root} input[type=file]").set_input_files(str(path))
-        page.wait_for_selector(f"{root}[data-trace='file:mine.json']")
-        assert page.locator(f"{root} .vramlab-timeline__op").inner_text() == "mm"
-        assert page.locator(f"{root} .vramlab-timeline__module").inner_text() == "block.0.mlp"
-        assert page.locator(f"{root} h3").inner_text() == "我的时间线"
-        # a file that is not a trace: a Chinese message, nothing thrown
-        bad = tmp_path / "bad.json"
-        bad.write_text('{"hello": 1}', encoding="utf-8")
-        page.locator(f"{root} input[type=file]").set_input_files(str(bad))
-        page.wait_for_selector(f"{root}[data-error]")
-        assert "不是 vramlab 时间线文件" in page.locator(f"{root} .vramlab-timeline__status").inner_text()
-        watch.assert_clean()
-    finally:
-        watch.close()
+    # the reader's own file, through the file input
+    own = build_trace([Event(1000, "parameters", "empty", "-"), Event(5000, "activations", "mm", "block.0.mlp"),
+                       Event(-5000, "activations", "mm", "block.0.mlp")],
+                      title="我的时间线", description="", source={"backend": "test"})
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(own, ensure_ascii=False), encoding="utf-8")
+    page.locator(f"{root} input[type=file]").set_input_files(str(path))
+    page.wait_for_selector(f"{root}[data-trace='file:mine.json']")
+    assert page.locator(f"{root} .vramlab-timeline__op").inner_text() == "mm"
+    assert page.locator(f"{root} .vramlab-timeline__module").inner_text() == "block.0.mlp"
+    assert page.locator(f"{root} h3").inner_text() == "我的时间线"
+    # a file that is not a trace: a Chinese message, nothing thrown
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}', encoding="utf-8")
+    page.locator(f"{root} input[type=file]").set_input_files(str(bad))
+    page.wait_for_selector(f"{root}[data-error]")
+    assert "不是 vramlab 时间线文件" in page.locator(f"{root} .vramlab-timeline__status").inner_text()
+    watch.assert_clean()
 
 
 # --------------------------------------------------------------------------- offline build, file://
 
-def test_tools_work_from_file_urls(browser, offline_root):  # noqa: F811
-    watch = Watch(browser)
-    try:
-        page = watch.page
-        page.goto((offline_root / "tools" / "calculator.html").as_uri(), wait_until="load")
-        page.wait_for_selector(".vramlab-calc[data-total-bytes]")
-        fields, qlora = CASES[4]
-        fill(page, ".vramlab-calc", fields, qlora)
-        assert_matches(shown(page, ".vramlab-calc"), fields, qlora)
-        page.goto((offline_root / "chapters" / "ch24.html").as_uri(), wait_until="load")
-        page.wait_for_selector(".vramlab-calc[data-total-bytes]")
-        assert_matches(shown(page, ".vramlab-calc"), _marker_fields("ch24"), False)
-        page.goto((offline_root / "tools" / "timeline.html").as_uri(), wait_until="load")
-        page.wait_for_selector(".vramlab-timeline[data-trace] svg")
-        name = page.get_attribute(".vramlab-timeline", "data-trace")
-        assert page.locator(".vramlab-timeline__op").inner_text() == _committed(name)["peak"]["op"]
-        page.locator(".vramlab-timeline select[name=trace]").select_option("checkpointing")
-        page.wait_for_selector(".vramlab-timeline[data-trace=checkpointing]")
-        assert page.locator(".vramlab-timeline__module").inner_text() == _committed("checkpointing")["peak"]["module"]
-        assert not [u for u in watch.requests if u.startswith(("http://", "https://"))], \
-            "the offline build should not make any http(s) request"
-        watch.assert_clean()
-    finally:
-        watch.close()
+def test_tools_work_from_file_urls(watch, offline_root):  # noqa: F811
+    page = watch.page
+    page.goto((offline_root / "tools" / "calculator.html").as_uri(), wait_until="load")
+    page.wait_for_selector(".vramlab-calc[data-total-bytes]")
+    fields, qlora = CASES[4]
+    fill(page, ".vramlab-calc", fields, qlora)
+    assert_matches(shown(page, ".vramlab-calc"), fields, qlora)
+    page.goto((offline_root / "chapters" / "ch24.html").as_uri(), wait_until="load")
+    page.wait_for_selector(".vramlab-calc[data-total-bytes]")
+    assert_matches(shown(page, ".vramlab-calc"), _marker_fields("ch24"), False)
+    page.goto((offline_root / "tools" / "timeline.html").as_uri(), wait_until="load")
+    page.wait_for_selector(".vramlab-timeline[data-trace] svg")
+    name = page.get_attribute(".vramlab-timeline", "data-trace")
+    assert page.locator(".vramlab-timeline__op").inner_text() == _committed(name)["peak"]["op"]
+    page.locator(".vramlab-timeline select[name=trace]").select_option("checkpointing")
+    page.wait_for_selector(".vramlab-timeline[data-trace=checkpointing]")
+    assert page.locator(".vramlab-timeline__module").inner_text() == _committed("checkpointing")["peak"]["module"]
+    assert not [u for u in watch.requests if u.startswith(("http://", "https://"))], \
+        "the offline build should not make any http(s) request"
+    watch.assert_clean()

@@ -82,6 +82,9 @@ def main(argv) -> None:
 
     kind = get_kind(job["kind"])
     settings = kind.Settings(**job["settings"])
+    if not kind.observed(settings):         # nobody reads this process's resident size: let glibc cache
+        from . import policy
+        policy.cache_freed_memory()
     if getattr(settings, "bitsandbytes", False):      # ch30 may use its 8-bit optimizers
         import bitsandbytes  # noqa: F401
     torch.set_num_threads(int(job.get("threads", 1)))

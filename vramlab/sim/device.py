@@ -64,6 +64,7 @@ class SimDevice:
         self.tracker = StorageTracker(self, self.allocator, budget, keep_timeline=timeline)
         self.emulation = CudaEmulation(self)
         self._cublas_workspace = cublas_workspace
+        self.tracker.watch_ops = cublas_workspace        # before_op does nothing without it
         self._workspaces: dict[str, torch.Tensor] = {}     # thread ("forward"/"backward") -> workspace
         self._module_names: dict[int, str] = {}
         self._stack: list[str] = []

@@ -22,6 +22,8 @@ charges exactly the tensors the CUDA kernel would hold. Under FakeTensorMode not
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -79,9 +81,12 @@ class EmulatedSDPA(torch.autograd.Function):
         if is_fake(q):
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         else:
-            with device.untracked(), torch.enable_grad():
+            # plain CPU autograd: with the emulation's function mode on, this F.sdpa would become
+            # another EmulatedSDPA whose own backward recomputes the attention a second time
+            with device.untracked(), torch.enable_grad(), torch._C.DisableTorchFunction():
                 qd, kd, vd = (t.detach().requires_grad_() for t in (q, k, v))
-                with torch.random.fork_rng(devices=[]):
+                # the forward's dropout mask again (fork_rng costs more than a small attention: only then)
+                with (torch.random.fork_rng(devices=[]) if ctx.rng_state is not None else contextlib.nullcontext()):
                     if ctx.rng_state is not None:
                         torch.set_rng_state(ctx.rng_state)
                     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=attn_mask, dropout_p=dropout_p,

@@ -16,7 +16,6 @@ import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from ..units import round_block
 from .allocator import CachingAllocatorModel, SegmentOverflow
@@ -25,6 +24,29 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temp
               "cuda_overhead", "other")
 _PHASE_CATEGORY = {"forward": "activations", "backward": "temporaries", "optimizer": "temporaries",
                    "idle": "other"}
+
+
+_LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+
+
+def _fake_scalar(t):
+    """Under FakeTensorMode values are unknown; `.item()` reads 1 (False for bools) so code that
+    needs a scalar (Adam's step count, Adafactor's norms) keeps going."""
+    return False if t.dtype == torch.bool else (1.0 if t.dtype.is_floating_point else 1)
+
+
+def _leaves(x):
+    """The tensors in an op's output or arguments: tensors, and lists, tuples and dicts of them
+    (what `tree_leaves` finds in aten's signatures, several times faster)."""
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _leaves(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _leaves(y)
 
 
 class Record:
@@ -51,39 +73,44 @@ class StorageTracker(TorchDispatchMode):
         self.live: dict[int, Record] = {}
         self.allocated = 0
         self.peak = 0
-        self.peak_records: list[Record] = []
+        self._peak_records: list[Record] = []
+        self._at_peak = False                   # the live set is still the one at the peak
         self.peak_where = ""
         self.keep_timeline = keep_timeline
         self.timeline: list[tuple[int, int, str]] = []   # (allocated, reserved, label)
         self.peak_reserved = 0
         self.paused = 0
         self.host = 0                           # >0: allocations are host memory, not counted
+        self.watch_ops = True                   # call owner.before_op (the cuBLAS workspace) per op
 
     # -- dispatch ------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not (self.paused or self.host):
-            self.owner.before_op(func)
-        if func is torch.ops.aten._local_scalar_dense.default and self.owner.fake:
-            # Under FakeTensorMode values are unknown; `.item()` reads 1 (False for bools) so code
-            # that needs a scalar (Adam's step count, Adafactor's norms) keeps going.
-            dtype = args[0].dtype
-            return False if dtype == torch.bool else (1.0 if dtype.is_floating_point else 1)
-        out = func(*args, **(kwargs or {}))
-        if self.paused or self.host:
-            return out
-        inputs = None
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":   # meta tensors hold no memory
+        # The hot path of every simulated run, once per aten op. Function modes (the emulation's)
+        # stay active in here: without DisableTorchFunction each Tensor method below would make a
+        # round trip through their Python handler.
+        with _NO_TORCH_FUNCTION():
+            if self.paused or self.host:
+                if func is _LOCAL_SCALAR and self.owner.fake:
+                    return _fake_scalar(args[0])
+                return func(*args, **(kwargs or {}))
+            if self.watch_ops:
+                self.owner.before_op(func)
+            if func is _LOCAL_SCALAR and self.owner.fake:
+                return _fake_scalar(args[0])
+            out = func(*args, **(kwargs or {}))
+            inputs = None
+            for t in ((out,) if type(out) is torch.Tensor else _leaves(out)):
+                if t.is_meta:                         # meta tensors hold no memory
+                    continue
                 key = t.untyped_storage()._cdata
                 if key in self.live:
-                    self.track(t, func)           # known storage (maybe resized)
+                    self.track(t, func)               # known storage (maybe resized)
                     continue
-                if inputs is None:                # a view or in-place result of an untracked
-                    inputs = {a.untyped_storage()._cdata for a in tree_leaves((args, kwargs))
-                              if isinstance(a, torch.Tensor)}
-                if key not in inputs:             # tensor (host memory) stays untracked
+                if inputs is None:                    # a view or in-place result of an untracked
+                    inputs = {a.untyped_storage()._cdata for a in _leaves((args, kwargs))}
+                if key not in inputs:                 # tensor (host memory) stays untracked
                     self.track(t, func)
-        return out
+            return out
 
     # -- accounting ----------------------------------------------------------------------------
     def reserved(self) -> int:
@@ -103,7 +130,7 @@ class StorageTracker(TorchDispatchMode):
                 return rec
         if nbytes == 0:
             return None
-        op = getattr(func, "__name__", str(func)) if func is not None else "register"
+        op = (getattr(func, "__name__", None) or str(func)) if func is not None else "register"
         where = self.owner.current_location()
         block, charged = self._charge(nbytes)
         rec = Record(nbytes, charged, op, where, self.owner.phase(), block)
@@ -140,13 +167,28 @@ class StorageTracker(TorchDispatchMode):
             self.timeline.append((self.allocated, self.reserved(), label))
         if self.allocated > self.peak:
             self.peak = self.allocated
-            self.peak_records = list(self.live.values())
+            self._at_peak = True
             self.peak_where = label
 
+    @property
+    def peak_records(self) -> list[Record]:
+        """The records alive at the peak (with their labels of now)."""
+        self._keep_peak()
+        return self._peak_records
+
+    def _keep_peak(self):
+        # Copied only when the live set is about to lose a record (or is read): copying it at
+        # every new peak, i.e. at nearly every allocation of a forward pass, cost O(n^2). A record
+        # added while at the peak always makes a new peak, so the set is the peak's until then.
+        if self._at_peak:
+            self._peak_records = list(self.live.values())
+            self._at_peak = False
+
     def _release(self, key: int):
-        rec = self.live.pop(key, None)
-        if rec is None:
+        if key not in self.live:
             return
+        self._keep_peak()
+        rec = self.live.pop(key)
         self.allocated -= rec.charged
         if rec.block is not None:
             self.allocator.free(rec.block)
@@ -159,6 +201,7 @@ class StorageTracker(TorchDispatchMode):
         rec = self.live.get(st._cdata)
         if rec is None or st.nbytes() == rec.nbytes:
             return
+        self._keep_peak()
         self.allocated -= rec.charged
         if rec.block is not None:
             self.allocator.free(rec.block)
@@ -178,7 +221,7 @@ class StorageTracker(TorchDispatchMode):
     def reset_peak(self):
         self.peak = self.allocated
         self.peak_reserved = self.reserved()
-        self.peak_records = list(self.live.values())
+        self._at_peak = True
         self.peak_where = "reset"
 
     def breakdown(self, records) -> dict[str, int]:

@@ -4,7 +4,7 @@
 
 sandbox_env() starts every grading process with MALLOC_MMAP_THRESHOLD_=65536 and
 MALLOC_TRIM_THRESHOLD_=0, so that its resident size follows the live tensors (the observer reads
-it). Each buffer of 64 KiB or more is then mmapped, faulted in and zeroed page by page, and
+it), and THP_MEM_ALLOC_ENABLE=1 (run with THP_MEM_ALLOC_ENABLE=0 to see what that one saves). Each buffer of 64 KiB or more is then mmapped, faulted in and zeroed page by page, and
 unmapped on free. This runs the exercise's reference, visible case, in a forked child of a warm
 process (as the grader's worker does) under those settings and again after cache_freed_memory(),
 and prints user and system CPU seconds and minor page faults of each run.
@@ -14,7 +14,8 @@ import os
 import sys
 import tempfile
 
-FLAGS = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+FLAGS = {k: v for k, v in __import__("vramlab.grader.policy", fromlist=["sandbox_env"]).sandbox_env().items()
+         if k.startswith("MALLOC_") or k == "THP_MEM_ALLOC_ENABLE"}
 
 
 def child(exercise: str, cached: bool) -> None:

@@ -173,6 +173,10 @@ def sandbox_env(gpu: bool = False) -> dict[str, str]:
         # large buffers are mmapped and unmapped on free: the resident size the observer reads
         # follows the live tensors instead of glibc's cached heap
         "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0",
+        # ...and torch aligns buffers of 2 MiB or more to 2 MiB and asks for transparent huge
+        # pages: a fault per 2 MiB instead of per 4 KiB (ch07's reference step: 40% fewer faults,
+        # 10-30% less CPU; scripts/probes/malloc_regime.py). Where THP is off, nothing changes.
+        "THP_MEM_ALLOC_ENABLE": "1",
     }
     if gpu:
         for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):

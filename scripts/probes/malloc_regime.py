@@ -14,8 +14,9 @@ import os
 import sys
 import tempfile
 
-FLAGS = {k: v for k, v in __import__("vramlab.grader.policy", fromlist=["sandbox_env"]).sandbox_env().items()
-         if k.startswith("MALLOC_") or k == "THP_MEM_ALLOC_ENABLE"}
+from vramlab.grader.policy import sandbox_env
+
+FLAGS = {k: v for k, v in sandbox_env().items() if k.startswith("MALLOC_") or k == "THP_MEM_ALLOC_ENABLE"}
 
 
 def child(exercise: str, cached: bool) -> None:

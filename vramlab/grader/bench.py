@@ -9,9 +9,10 @@ learner's second `vramlab.check()` and every grading of a batch after the first 
 (a fresh interpreter per run, the starter measured in every grading) and prints both latencies
 and their ratio, measured in the same run on the same machine. `--class-size N` then grades N
 copies of every chosen exercise's solution through the batch (`vramlab.batch`, 2 workers, each
-grading on its share of the cores) and prints the class throughput and what a 30 x 30 class would
-take at that rate. One untimed copy per exercise goes first (see _class); the projection adds
-its time once.
+grading on its share of the cores) and prints the class throughput and what 30 students handing in
+every chosen exercise would take at that rate (`--chapters`: the 30 chapters' exercises, the
+issue's 30 x 30; all 33 with the stage challenges: 990 gradings). One untimed copy per exercise
+goes first (see _class); the projection adds its time once.
 """
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ import time
 from pathlib import Path
 
 GOAL_S = {1: 2.0, 2: 4.0}         # issue 14: median per grading, single-process and 2-rank kinds
+CLASS_STUDENTS = 30               # issue 14: a class of 30 hands in each exercise once
+
+
+def select(only: list[str] | None, chapters: bool = False) -> list[str] | None:
+    """The exercises to measure: `only` (None: all); with `chapters`, only the chapters' own
+    exercises (ids chNN-..., one per chapter), not the stage challenges."""
+    if not chapters:
+        return only
+    from ..exercises import EXERCISES
+
+    return [i for i in (only or EXERCISES) if i.startswith("ch")]
 
 
 def _grade(spec, source: str, scale: str, backend: str, sandbox: str, cold: bool = False) -> tuple[dict, float]:
@@ -142,13 +154,16 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
         finally:
             _stop_pool(pool, stop, pool_tmp, kill=False)
     per_minute = len(rows) / wall * 60
+    class_gradings = CLASS_STUDENTS * len(chosen)      # every student hands in every chosen exercise
     result = {"gradings": len(rows), "wall_seconds": round(wall, 1), "per_minute": round(per_minute, 1),
               "passed": sum(1 for r in rows if r.get("passed")), "once_seconds": round(once, 1), "workers": workers,
-              "projected_30x30_minutes": round((once + 900 / per_minute * 60) / 60, 1)}
+              "exercises": len(chosen), "class_gradings": class_gradings,
+              "projected_class_minutes": round((once + class_gradings / per_minute * 60) / 60, 1)}
     if not as_json:
         print(f"全班：先评每题一份（启动评分进程、按批量的线程数测起始代码，一个班只付一次）{once:.0f} s；"
               f"再评 {len(rows)} 份（{result['passed']} 份通过），{workers} 个并行，用时 {wall:.0f} s，每分钟 {per_minute:.1f} 份；"
-              f"按这个速度，30 人 × 30 题约 {result['projected_30x30_minutes']:.0f} 分钟（含只付一次的部分；目标 ≤ 15）")
+              f"按这个速度，{CLASS_STUDENTS} 人 × {len(chosen)} 题（{class_gradings} 份）约 "
+              f"{result['projected_class_minutes']:.1f} 分钟（含只付一次的部分；目标：30 人 × 30 题 ≤ 15 分钟）")
     return result
 
 

@@ -97,9 +97,9 @@ def cmd_grade(args):
 
 
 def cmd_grade_bench(args):
-    from .bench import run
+    from .bench import run, select
 
-    only = _exercise_ids(args.only) if args.only is not None else None
+    only = select(_exercise_ids(args.only) if args.only is not None else None, chapters=args.chapters)
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
         only=only, sandbox="off" if args.no_sandbox else "auto",
         compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only)
@@ -140,6 +140,7 @@ def add_commands(sub):
     b.add_argument("--scale", choices=("ci", "gpu"), default="ci")
     b.add_argument("--starters", action="store_true", help="同时给起始代码评分（应当不通过）")
     b.add_argument("--only", help="只评这些练习（逗号分隔的编号）")
+    b.add_argument("--chapters", action="store_true", help="只用 30 章各自的练习（不含 3 道阶段挑战）")
     b.add_argument("--no-sandbox", action="store_true", help="不用操作系统沙箱（对比沙箱的开销）")
     b.add_argument("--compare", action="store_true",
                    help="同时按以前的做法（每次新起解释器、每次重测起始代码）评一次，打印两者之比")

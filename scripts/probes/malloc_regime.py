@@ -4,8 +4,9 @@
 
 sandbox_env() starts every grading process with MALLOC_MMAP_THRESHOLD_=65536 and
 MALLOC_TRIM_THRESHOLD_=0, so that its resident size follows the live tensors (the observer reads
-it), and THP_MEM_ALLOC_ENABLE=1 (run with THP_MEM_ALLOC_ENABLE=0 to see what that one saves). Each buffer of 64 KiB or more is then mmapped, faulted in and zeroed page by page, and
-unmapped on free. This runs the exercise's reference, visible case, in a forked child of a warm
+it), and THP_MEM_ALLOC_ENABLE=1 (run with THP_MEM_ALLOC_ENABLE=0 to see what that one saves).
+Each buffer of 64 KiB or more is then mmapped, faulted in and zeroed page by page, and unmapped
+on free. This runs the exercise's reference, visible case, in a forked child of a warm
 process (as the grader's worker does) under those settings and again after cache_freed_memory(),
 and prints user and system CPU seconds and minor page faults of each run.
 """

@@ -20,8 +20,9 @@ from vramlab.grader.policy import sandbox_env
 FLAGS = {k: v for k, v in sandbox_env().items() if k.startswith("MALLOC_") or k == "THP_MEM_ALLOC_ENABLE"}
 
 
-def child(exercise: str, cached: bool) -> None:
-    """In a forked child: the reference's visible case through harness.main, then exit."""
+def child(exercise: str, cached: bool, wait_for=None) -> None:
+    """In a forked child: the reference's visible case through harness.main, then exit (or call
+    `wait_for(fd, word)` where the harness waits for its parent: the run is over at b"never")."""
     from vramlab.exercises import get_exercise
     from vramlab.grader import core, harness, policy
 
@@ -35,7 +36,7 @@ def child(exercise: str, cached: bool) -> None:
                init_method="tcp://127.0.0.1:29577")
     with open(f"{folder}/job.json", "w", encoding="utf-8") as f:
         json.dump(job, f)
-    harness._wait_for = lambda fd, word: os._exit(0) if word == b"never" else None
+    harness._wait_for = wait_for or (lambda fd, word: os._exit(0) if word == b"never" else None)
     ctl, status = os.pipe()
     harness.main(["harness", f"{folder}/job.json", "0", str(ctl), str(status)])
 

@@ -8,6 +8,7 @@
     m = vramlab.measure(step_fn, backend="sim")  # peak of a callable on a fresh device
     with vramlab.device_budget("2 GiB"): ...     # a virtual card that raises OutOfMemoryError
     vramlab.estimate(vramlab.Workload(model="gpt2-small"))  # analytic estimate with a breakdown
+    s = vramlab.exercise_setup("ch07-checkpoint")  # an exercise's model, optimizer, batch and device as graded
 """
 from importlib import import_module
 
@@ -19,7 +20,7 @@ _LAZY = {
     "Measurement": "vramlab.meter", "device_budget": "vramlab.budget",
     "estimate": "vramlab.estimate", "Workload": "vramlab.workload", "build_model": "vramlab.models",
     "measure_workload": "vramlab.runner", "build_training": "vramlab.runner",
-    "check": "vramlab.notebook_check",
+    "check": "vramlab.notebook_check", "exercise_setup": "vramlab.graded",
 }
 
 

@@ -171,10 +171,11 @@ class SimDevice:
 
     def _on_forward_pre(self, module, args):
         mid = id(module)
-        if mid not in self._module_names or not self._stack:
-            if not self._stack:              # a root module: name its whole tree once
-                for name, sub in module.named_modules():
-                    self._module_names[id(sub)] = name or type(sub).__name__
+        # a root module names its tree, except a block a checkpoint recomputes during backward:
+        # it keeps the names the whole model's forward gave it
+        if not self._stack and (mid not in self._module_names or torch._C._current_autograd_node() is None):
+            for name, sub in module.named_modules():
+                self._module_names[id(sub)] = name or type(sub).__name__
         self._stack.append(self._module_names.get(mid, type(module).__name__))
         for t in module.parameters(recurse=False):
             self.tracker.label_tensor(t, "parameters")
@@ -274,6 +275,22 @@ class SimDevice:
 
     def synchronize(self):
         pass
+
+    # torch.cuda's own names, for code written against it: the same figures as above
+    def memory_allocated(self) -> int:
+        return self.allocated()
+
+    def max_memory_allocated(self) -> int:
+        return self.max_allocated()
+
+    def memory_reserved(self) -> int:
+        return self.reserved()
+
+    def max_memory_reserved(self) -> int:
+        return self.max_reserved()
+
+    def reset_peak_memory_stats(self):
+        self.reset_peak()
 
     def memory_stats(self) -> dict:
         """A subset of torch.cuda.memory_stats() with the same keys."""

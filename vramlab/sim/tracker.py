@@ -6,9 +6,10 @@ released when the storage itself dies (a weakref callback on the storage object)
 number `torch.cuda.memory_allocated()` reports on a GPU: live storages, not tensors.
 
 Each storage is remembered as a `Record` with the op and module that created it and the phase
-it was born in (forward, backward, optimizer step). Records are re-labelled as parameters,
-gradients or optimizer state when that becomes known, so the breakdown at the peak is read
-from the records alive at the peak with their final labels.
+it was born in (forward, backward, optimizer step). What a checkpoint recomputes during
+backward (a module's forward running inside a backward node) counts as activations. Records
+are re-labelled as parameters, gradients or optimizer state when that becomes known, so the
+breakdown at the peak is read from the records alive at the peak with their final labels.
 """
 from __future__ import annotations
 
@@ -131,10 +132,14 @@ class StorageTracker(TorchDispatchMode):
         if nbytes == 0:
             return None
         op = (getattr(func, "__name__", None) or str(func)) if func is not None else "register"
-        where = self.owner.current_location()
+        phase = self.owner.phase()
+        # a module's forward running inside backward is a checkpoint recomputing it: what it makes
+        # are that module's activations again, not the backward's own temporaries
+        recomputing = getattr(self.owner, "_stack", None) if phase == "backward" else None
+        where = f"recompute:{recomputing[-1]}" if recomputing else self.owner.current_location()
         block, charged = self._charge(nbytes)
-        rec = Record(nbytes, charged, op, where, self.owner.phase(), block)
-        rec.label = label
+        rec = Record(nbytes, charged, op, where, phase, block)
+        rec.label = label or ("activations" if recomputing else None)
         rec.ref = weakref.ref(st, lambda _r, key=key: self._release(key))
         self.live[key] = rec
         self.allocated += charged

@@ -117,14 +117,22 @@ def linear_layers(torch, model) -> list[tuple[int, str, str]]:
             for path, m in layer.named_modules() if isinstance(m, torch.nn.Linear)]
 
 
+def setup(h) -> dict:
+    """The model `prepare_model` gets and the one batch every step trains on (also
+    `vramlab.exercise_setup`); the grader builds its AdamW after `prepare_model` returns."""
+    model, _ = h.training_setup()
+    batch = h.tokens((int(h.job["batch"]), int(h.job["seq"])))     # one batch, every step: the loss must go down
+    return {"model": model, "batch": batch}
+
+
 def scenario(h):
     import peft  # noqa: F401  (imported by trusted code, before the guards)
     torch, job = h.torch, h.job
     settings = h.settings
-    model, _ = h.training_setup()
+    built = setup(h)
+    model, batch = built["model"], built["batch"]
     params = list(model.parameters())
     h.payload["static_bytes"] = nbytes(*params)          # the frozen base alone must stay on the device
-    batch = h.tokens((int(job["batch"]), int(job["seq"])))     # one batch, every step: the loss must go down
     warmup = int(job["warmup"])
 
     before = linear_layers(torch, model)

@@ -26,11 +26,18 @@ def observed(settings: Settings) -> bool:
     return OBSERVED and observed_unless_host(settings)
 
 
-def scenario(h):
-    settings, job = h.settings, h.job
+def setup(h) -> dict:
+    """The model, its AdamW and the dataset in host memory (also `vramlab.exercise_setup`)."""
     model, optimizer = h.training_setup()
-    n, bs = settings.n_samples, int(job["batch"])
-    data = h.tokens((n, int(job["seq"])), on_host=True)
+    tokens = h.tokens((h.settings.n_samples, int(h.job["seq"])), on_host=True)
+    return {"model": model, "optimizer": optimizer, "tokens": tokens, "batch_size": int(h.job["batch"])}
+
+
+def scenario(h):
+    settings = h.settings
+    built = setup(h)
+    model, optimizer, data, bs = built["model"], built["optimizer"], built["tokens"], built["batch_size"]
+    n = settings.n_samples
     before = h.fingerprint(model.parameters())
     training.use_learner_budget(h, settings)
 

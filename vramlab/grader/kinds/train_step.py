@@ -30,11 +30,20 @@ def observed(settings: Settings) -> bool:
     return OBSERVED and observed_unless_host(settings)
 
 
-def scenario(h):
-    settings, job = h.settings, h.job
+def setup(h) -> dict:
+    """What the learner's function is called with, built before any learner code runs (also
+    `vramlab.exercise_setup`): the model, its AdamW, one batch per step (this rank's rows)."""
+    job = h.job
     model, optimizer = h.training_setup()
     rows = h.rank_rows(int(job["batch"]))        # data parallel: this rank's share of every global batch
     batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    return {"model": model, "optimizer": optimizer, "batches": batches}
+
+
+def scenario(h):
+    settings, job = h.settings, h.job
+    built = setup(h)
+    model, optimizer, batches = built["model"], built["optimizer"], built["batches"]
     before = h.fingerprint(model.parameters())
     training.use_learner_budget(h, settings)
     probe = technique.Probe(h, model)

@@ -12,6 +12,13 @@ does not explain is
 
     unexplained = (hwm - rss_at_ready) - (reported_peak - device_bytes_at_ready)
 
+Where the grader can make memory cgroups (cgroup.py), `hwm - rss_at_ready` is replaced by the
+peak charge of the rank's own cgroup, into which the parent moves the rank at `ready`: the kernel
+charges that group for every page the learner's phase makes, mapped or not (anonymous memory,
+memfd and tmpfs files, System V and POSIX shared memory, page cache, pipe and socket buffers,
+kernel memory), so no hiding place needs a rule of its own. The group's process list at `done`
+is the census: the rank and nothing else.
+
 It is about the same for the trusted starter and an honest submission of the same exercise (the
 same interpreter, model and data; on the simulated device a constant offset of counted-but-never-
 touched bytes such as the cuBLAS workspace). A learner who hides memory from the meter raises it by
@@ -50,6 +57,8 @@ class RankObservation:
     written: int | None = None
     nvml_peak: int | None = None
     extra_processes: list = field(default_factory=list)
+    cgroup_peak: int | None = None              # the rank's own memory cgroup, from `ready` to `done`
+    seccomp: bool | None = None                 # the rank said its kernel filter is in force (confine.py)
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -105,8 +114,9 @@ def host_pid_of(root: int, ns_pid: int) -> int | None:
     return None
 
 
-def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int) -> bool:
-    """Read the rank before its learner phase and reset its high-water mark. False if it cannot."""
+def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int, group=None) -> bool:
+    """Read the rank before its learner phase, reset its high-water mark and move it into its own
+    memory cgroup (`group`, cgroup.RankGroup) where there is one. False if it cannot."""
     obs.ns_pid, obs.device_at_ready = ns_pid, device_bytes
     if not AVAILABLE:
         return True                        # macOS: nothing to read; the self-check says it is unsandboxed
@@ -114,6 +124,8 @@ def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int) ->
     if obs.host_pid is None:
         return False
     try:
+        if group is not None:
+            group.add(obs.host_pid)
         with open(f"/proc/{obs.host_pid}/clear_refs", "w", encoding="ascii") as f:
             f.write("5")                   # VmHWM := VmRSS
         obs.rss_at_ready = _status(obs.host_pid)["VmRSS"]
@@ -123,8 +135,9 @@ def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int) ->
     return True
 
 
-def at_done(obs: RankObservation, root: int, known: set[int]) -> bool:
-    """Read the rank's high-water mark and written bytes; note processes nobody asked for."""
+def at_done(obs: RankObservation, root: int, known: set[int], group=None) -> bool:
+    """Read the rank's high-water mark, cgroup peak and written bytes; note processes nobody asked
+    for (in the sandbox, and in the rank's cgroup: anything but the rank itself)."""
     if not AVAILABLE:
         return True
     if obs.host_pid is None:
@@ -132,9 +145,13 @@ def at_done(obs: RankObservation, root: int, known: set[int]) -> bool:
     try:
         obs.hwm = _status(obs.host_pid)["VmHWM"]
         obs.written = (obs.written or 0) + _written(obs.host_pid)
-    except (OSError, KeyError):
+        if group is not None:
+            obs.cgroup_peak = group.peak()
+    except (OSError, KeyError, ValueError):
         return False
     obs.extra_processes = [p for p in descendants(root) if p not in known]
+    if group is not None:
+        obs.extra_processes += [p for p in group.procs() if p != obs.host_pid and p not in obs.extra_processes]
     return True
 
 
@@ -144,10 +161,27 @@ def excess_written(learner: list[RankObservation], trusted: list[RankObservation
     return max([(m.written or 0) - (b.written or 0) for m, b in zip(learner, trusted)] or [0])
 
 
-def unexplained(obs: RankObservation, reported_peak: int) -> int | None:
-    if None in (obs.hwm, obs.rss_at_ready, obs.device_at_ready):
+def unexplained(obs: RankObservation, reported_peak: int, cgroup: bool | None = None) -> int | None:
+    """Memory the learner's phase used beyond what its reported device peak explains: from the
+    rank's cgroup where it had one (`cgroup` None: whenever it had), else from VmHWM."""
+    if obs.device_at_ready is None:
         return None
-    return (obs.hwm - obs.rss_at_ready) - (int(reported_peak) - obs.device_at_ready)
+    if cgroup is None:
+        cgroup = obs.cgroup_peak is not None
+    if cgroup:
+        if obs.cgroup_peak is None:
+            return None
+        used = obs.cgroup_peak
+    else:
+        if None in (obs.hwm, obs.rss_at_ready):
+            return None
+        used = obs.hwm - obs.rss_at_ready
+    return used - (int(reported_peak) - obs.device_at_ready)
+
+
+def kernel_accounted(observations: list[RankObservation]) -> bool:
+    """Every rank was measured by its own memory cgroup."""
+    return bool(observations) and all(o.cgroup_peak is not None for o in observations)
 
 
 def hidden_memory(learner: list[RankObservation], learner_peaks: list[int], trusted: list[RankObservation],
@@ -156,8 +190,9 @@ def hidden_memory(learner: list[RankObservation], learner_peaks: list[int], trus
     compared rank by rank with the trusted starter's same figure; None when nothing was observed.
     The learner hid memory when the first exceeds the second."""
     worst = None
+    by_cgroup = kernel_accounted(learner) and kernel_accounted(trusted)   # the same reading on both sides
     for mine, my_peak, base, base_peak in zip(learner, learner_peaks, trusted, trusted_peaks):
-        u_mine, u_base = unexplained(mine, my_peak), unexplained(base, base_peak)
+        u_mine, u_base = unexplained(mine, my_peak, by_cgroup), unexplained(base, base_peak, by_cgroup)
         if u_mine is None or u_base is None:
             continue
         candidates = [(u_mine - u_base, max(TOLERANCE_BYTES, int(TOLERANCE_FRACTION * base_peak)))]

@@ -91,12 +91,16 @@ def gpu_mounts() -> list[str]:
 
 
 def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False, network: bool = False,
-               extra_binds: tuple[str, ...] = (), die_with_parent: bool = True) -> list[str]:
+               extra_binds: tuple[str, ...] = (), die_with_parent: bool = True, confine: bool = False) -> list[str]:
     """The full command line: `command` run in the sandbox with `workdir` as /submission.
     `network=True` keeps the host's network namespace (a Jupyter kernel must reach its client's
     ZeroMQ ports); `extra_binds` are further paths bound read-only at the same place. A warm
     worker (slots.py) is started without `--die-with-parent`, which would tie it to the thread
-    that started it: it ends when its socket to the parent closes."""
+    that started it: it ends when its socket to the parent closes. `confine=True` keeps
+    CAP_SYS_ADMIN inside the sandbox's user namespace for its first process (the warm worker or
+    launch.py), which remounts the writable folders noexec and gives each grading a fresh IPC
+    namespace, then drops it in every rank before learner code (confine.py); the environment
+    variable VRAMLAB_CONFINE=1 tells that process to do so."""
     workdir = Path(workdir)
     for sub in ("tmp", "shm"):
         (workdir / sub).mkdir(exist_ok=True)
@@ -104,6 +108,8 @@ def bwrap_argv(workdir: str | os.PathLike, command: list[str], gpu: bool = False
             "--new-session", "--as-pid-1", *_system_mounts()]
     if die_with_parent:
         args.insert(6, "--die-with-parent")
+    if confine:
+        args[args.index("ALL") + 1:args.index("ALL") + 1] = ["--cap-add", "CAP_SYS_ADMIN"]
     if network:
         args.insert(2, "--share-net")
     # the private /tmp first: a course (and its venv) under /tmp is then bound on top of it, not hidden by it

@@ -77,8 +77,10 @@ class Slot:
                 passed.append(listener.fileno())
             except OSError:
                 self.listen_path, listener = None, None
-        argv = policy.bwrap_argv(self.work, command, gpu=gpu, die_with_parent=False) if use_sandbox else command
+        argv = policy.bwrap_argv(self.work, command, gpu=gpu, die_with_parent=False, confine=True) if use_sandbox else command
         env = policy.sandbox_env(gpu=gpu)
+        if use_sandbox:
+            env["VRAMLAB_CONFINE"] = "1"
         if not use_sandbox:
             (self.work / "tmp").mkdir(exist_ok=True)
             env.update(HOME=str(self.work), TMPDIR=str(self.work / "tmp"), XDG_CACHE_HOME=str(self.work / ".cache"),

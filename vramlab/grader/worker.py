@@ -10,9 +10,15 @@ harness.main() in a fresh copy of this process: no learner code has ever run in 
 so every rank starts from the same clean state a new interpreter would have, minus the imports.
 
 Being pid 1 protects the worker from the learner: signals sent from inside its namespace to pid 1
-are dropped unless pid 1 handles them, and it handles none but SIGCHLD. /proc is read-only in the
-sandbox and the worker is not dumpable: no rank can write into its memory. The parent kills every
-other process of the sandbox after each job (slots.py) and wipes its folder.
+are dropped unless pid 1 handles them. /proc is read-only in the sandbox and the worker is not
+dumpable: no rank can write into its memory. The parent kills every other process of the sandbox
+after each job (slots.py) and wipes its folder.
+
+Nothing crosses gradings (confine.py): the worker keeps CAP_SYS_ADMIN inside the sandbox's user
+namespace only to remount its writable folders noexec once and to enter a fresh IPC namespace
+before and after every grading, so one grading's System V and POSIX objects die with its ranks.
+Every rank drops all capabilities first thing after the fork. SIGTERM (from the grader, to stop
+a parked worker) ends the worker once no grading is running.
 
 Parking (LISTEN_FD): when the process that started the worker exits, it may leave the slot for the
 next one (slots.py, `park`): the worker then waits on a listening unix socket, bound by that
@@ -32,8 +38,11 @@ import signal
 import socket
 import sys
 
+from . import confine
+
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 MAX_FDS = 16
+WRITABLE = ("/submission", "/tmp", "/dev/shm")
 
 
 def _prctl(option: int, value: int) -> None:
@@ -110,6 +119,24 @@ def _receive(sock: socket.socket):
 
 
 _listener: socket.socket | None = None
+_isolated = False            # this sandbox gives each grading its own IPC namespace (confine.py)
+_stop_requested = False
+
+
+def _fresh_ipc() -> None:
+    if _isolated and not confine.new_ipc_namespace():
+        os._exit(72)                            # the next grading would share this one's objects
+
+
+def _on_term(_signum, _frame) -> None:
+    """The grader stops a parked worker with SIGTERM; mid-grading it ends after the grading."""
+    global _stop_requested
+    _stop_requested = True
+    if not _busy:
+        os._exit(0)
+
+
+_busy = False
 
 
 def _rank(sock: socket.socket, request: dict, rank: int, ctl: int, status: int, out: int, err: int) -> None:
@@ -123,6 +150,10 @@ def _rank(sock: socket.socket, request: dict, rank: int, ctl: int, status: int, 
         os.dup2(err, 2)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        from . import confine
+        if not confine.drop_capabilities() and _isolated:
+            os._exit(71)                        # a rank must never keep the worker's capability
         _prctl(PR_SET_DUMPABLE, 1)              # the parent reads and resets its /proc counters
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         from . import harness, policy      # already imported by warm_up: taken from sys.modules
@@ -147,6 +178,7 @@ def serve(sock: socket.socket) -> bool:
     """Run the parent's jobs until it leaves: True if it parked this worker for the next process
     (slots.py, `park`), False if it just went away (killed, crashed): then the worker ends at once
     rather than idling for a claimant that will never come."""
+    global _busy
     while True:
         got = _receive(sock)
         if got is None:
@@ -156,8 +188,10 @@ def serve(sock: socket.socket) -> bool:
             return True
         world = int(request["world"])
         out, err = fds[2 * world], fds[2 * world + 1]
+        _fresh_ipc()
         sys.stdout.flush()
         sys.stderr.flush()
+        _busy = True
         ranks = {}
         for rank in range(world):
             pid = os.fork()
@@ -181,7 +215,13 @@ def serve(sock: socket.socket) -> bool:
                         cpu[ranks[pid]] = usage.ru_utime + usage.ru_stime
             except ChildProcessError:
                 break
-        sock.sendall((json.dumps({"event": "exited", "statuses": statuses, "cpu_seconds": round(sum(cpu), 3)}) + "\n").encode())
+        left = confine.ipc_objects() if _isolated else None      # the grading's, about to be dropped
+        _fresh_ipc()
+        sock.sendall((json.dumps({"event": "exited", "statuses": statuses, "cpu_seconds": round(sum(cpu), 3),
+                                  "isolated": _isolated, "ipc_objects_dropped": left}) + "\n").encode())
+        _busy = False
+        if _stop_requested:
+            os._exit(0)
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
@@ -190,13 +230,19 @@ def serve(sock: socket.socket) -> bool:
 
 
 def main(argv) -> int:
-    global _listener
+    global _listener, _isolated
     sock = socket.socket(fileno=int(argv[1]))
     if len(argv) > 3:
         _listener = socket.socket(fileno=int(argv[2]))
     idle_s = float(argv[3]) if len(argv) > 3 else 0.0
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # pid 1 handles nothing a learner could send
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # pid 1 handles nothing a learner could send but SIGTERM
+    signal.signal(signal.SIGTERM, _on_term)
     _prctl(PR_SET_DUMPABLE, 0)
+    if os.environ.pop("VRAMLAB_CONFINE", "") == "1":  # bwrap gave us CAP_SYS_ADMIN for this (policy.py)
+        _isolated = (confine.remount_noexec(WRITABLE) and confine.new_ipc_namespace())
+        if not _isolated:
+            print("worker: could not remount noexec / enter a new IPC namespace", file=sys.stderr)
+            return 3
     warm_up()
     while True:
         parked = False

@@ -185,7 +185,7 @@ plt.show()
 # %% [markdown]
 # ## 3. 训练时 GQA 省多少
 #
-# 训练不需要 KV 缓存。GQA 在训练中省下的只有两样：$W_K$、$W_V$ 变小带来的参数、梯度和优化器状态；以及 K、V 投影的输出这两个被保存到反向的激活值变小（每层少 $2 \cdot b \cdot s \cdot (h - n_{kv} d)$ 个元素）。查询、注意力输出、MLP 的激活值都不变。
+# 训练不需要 KV 缓存。GQA 在训练中省下的只有两样：$W_K$、$W_V$ 变小带来的参数、梯度和优化器状态；以及为反向保存的 K、V 变小（每层少 $2 \cdot b \cdot s \cdot (h - n_{kv} d)$ 个元素）。查询、注意力输出、MLP 的激活值都不变。开 BF16 autocast 时还有第三样，第 3 节后半会量出来。
 #
 # 先看 `llama-tiny` 的三个变体：FP32 + AdamW，批大小 8、序列长度 512，跑两步取第二步（优化器状态已经建好）的峰值。
 
@@ -242,14 +242,51 @@ print(f"\n激活值之差 {mib(d_act):.0f} MiB；公式 16 层 × 2（K、V）×
       f"{mib(16 * 2 * 2048 * (2048 - 8 * 64) * 2):.0f} MiB")
 
 # %% [markdown]
-# 8 个 KV 头比 32 个少了约 1 亿参数（每层 $2 \times 2048 \times 1536$），在 FP32 + AdamW 下是 1.5 GiB 的模型状态；激活值少了 384 MiB，是上面公式（每层 K、V 投影输出之差，192 MiB）的两倍：没有显式掩码时 transformers 给 SDPA 传 `enable_gqa=True`（见正文），为反向保存的 K、V 也是 8 个头的原件，而不是复制成 32 个头的副本，于是又省下同样一份。对训练来说，这些节省是实打实的，但远不如推理时 KV 缓存缩小 4 倍那么显著。
+# 8 个 KV 头比 32 个少了约 1 亿参数（每层 $2 \times 2048 \times 1536$），在 FP32 + AdamW 下是 1.5 GiB 的模型状态。激活值少了 384 MiB，恰好是上面公式（每层 K、V 之差，192 MiB）的两倍。这个“两倍”是巧合吗？只看一个序列长度分不出来。下面换几个 $S$，量前向结束、反向之前比前向开始时多占的显存（为反向留着的一切），并且和不开 autocast 的 FP32 对照：
+
+# %%
+def held_after_forward(cfg, S, autocast):
+    """前向结束、反向之前，比前向开始时多占的显存（字节）：为反向留着的一切。"""
+    with vramlab.open_device("auto", fake=FAKE) as dev:
+        with torch.device(dev.torch_device):
+            model = transformers.LlamaForCausalLM(cfg)
+        ids = torch.randint(0, cfg.vocab_size, (1, S), device=dev.torch_device)
+        before = dev.allocated()
+        with torch.autocast(dev.type, dtype=autocast, enabled=autocast is not None):
+            loss = model(input_ids=ids, labels=ids).loss
+        return dev.allocated() - before
+
+
+def act_diff(S, autocast):
+    """32 个与 8 个 KV 头时，前向结束后多占的显存之差（字节）。"""
+    return held_after_forward(llama1b(32), S, autocast) - held_after_forward(llama1b(8), S, autocast)
+
+
+KV_COLS = 2048 - 8 * 64                   # 每层 W_K（或 W_V）少掉的输出列数
+W_COPY = 16 * 2 * 2048 * KV_COLS * 2      # autocast 为 W_K、W_V 缓存的 BF16 副本之差（字节），与 S 无关
+print(pad("S", 6), pad("BF16 autocast 实测差", 22), pad("其中 K、V（公式）", 18), pad("余下", 10),
+      pad("FP32 实测差", 14), "FP32 的 K、V（公式）")
+for seq in (512, 1024, 2048):
+    d16, d32 = act_diff(seq, torch.bfloat16), act_diff(seq, None)
+    kv16, kv32 = 16 * 2 * seq * KV_COLS * 2, 16 * 2 * seq * KV_COLS * 4
+    print(pad(str(seq), 6), pad(f"{mib(d16):.0f} MiB", 22), pad(f"{mib(kv16):.0f} MiB", 18), pad(f"{mib(d16 - kv16):.0f} MiB", 10),
+          pad(f"{mib(d32):.0f} MiB", 14), f"{mib(kv32):.0f} MiB")
+print(f"\nautocast 的 BF16 权重副本之差：16 层 × 2（W_K、W_V）× 2048 × {KV_COLS} × 2 字节 = {mib(W_COPY):.0f} MiB")
+
+# %% [markdown]
+# 拆开来看就清楚了：
+#
+# - **FP32、不开 autocast** 时，激活值之差每个 $S$ 都正好是一份 K、V：每层少 $2 \cdot b \cdot s \cdot (h - n_{kv} d)$ 个元素。K 投影的输出要先经过 RoPE，RoPE 乘的 cos、sin 不需要梯度，所以旋转前的 K 不为反向保存；V 投影的输出和 SDPA 保存的 V 是同一块存储。没有显式掩码时 transformers 给 SDPA 传 `enable_gqa=True`（见正文），SDPA 保存的就是 8 个头的原件。于是每层只少一份 K、一份 V。
+# - **BF16 autocast** 时多出一块不随 $S$ 变的 192 MiB：autocast 把 FP32 的 $W_K$、$W_V$ 转成 BF16 副本去做矩阵乘，这些副本在前向里缓存、并被保存给反向（求输入的梯度要用权重），模拟设备在前向里产生的存储都记在“激活值”一类。$W_K$、$W_V$ 变小，副本也跟着变小。
+#
+# $S = 2048$ 时两部分恰好相等，只因为这里 $b \cdot s = 1 \times 2048$ 正好等于 $h = 2048$；$S = 512$ 时就是 48 + 192 MiB。对训练来说，这些节省是实打实的，但远不如推理时 KV 缓存缩小 4 倍那么显著。
 
 # %% [markdown]
 # ## 4. `repeat_interleave` 还是 `enable_gqa=True`
 #
 # GQA 的计算本身很简单：第 $i$ 个查询头用第 $\lfloor i / g \rfloor$ 个 KV 头，$g = a / n_{kv}$ 是每组的查询头数。最直接的写法是先把 K、V 沿头维度复制 $g$ 份，再调用普通的 SDPA；评分练习的起始代码就是这样写的。PyTorch 2.5 起，SDPA 有了 `enable_gqa=True` 参数，直接接受头数较少的 K、V。
 #
-# 下面比较三种写法：批大小 2，8 个查询头，2 个 KV 头（$g = 4$），序列长度 1024，头维度 64，FP32，因果注意力。一个 `[2, 8, 1024, 64]` 的 FP32 张量是 4 MiB，K、V 本身各 1 MiB。“额外峰值”是一次前向加反向的峰值减去调用前已分配的显存。
+# 下面比较三种写法：批大小 2，8 个查询头，2 个 KV 头（$g = 4$），序列长度 1024，头维度 64，因果注意力，FP32 和 BF16 各跑一遍（真卡上 GQA 训练该用 BF16，见正文；评分练习也用 BF16）。一个 `[2, 8, 1024, 64]` 的 FP32 张量是 4 MiB，K、V 本身各 1 MiB；BF16 减半。“额外峰值”是一次前向加反向的峰值减去调用前已分配的显存。
 
 # %%
 B, HQ, HKV, S, D = 2, 8, 2, 1024, 64
@@ -307,30 +344,33 @@ def run_attention(fn, dtype=torch.float32, hq=HQ, hkv=HKV):
 
 IMPLS = [("repeat_interleave（起始代码）", gqa_repeat), ("expand + reshape（repeat_kv）", gqa_expand),
          ("SDPA enable_gqa=True", gqa_native)]
-res = {label: run_attention(fn) for label, fn in IMPLS}
-base = res[IMPLS[0][0]]
-print(pad("写法", 32), pad("前向后多占 MiB", 16), pad("额外峰值 MiB", 14), pad("相对起始代码", 14), pad("输出最大差", 12), "梯度最大差")
-for label, _ in IMPLS:
-    r = res[label]
-    dout = (r["out"] - base["out"]).abs().max().item()
-    dgrad = max((a - b).abs().max().item() for a, b in zip(r["grads"], base["grads"]))
-    print(pad(label, 32), pad(f"{mib(r['fwd']):.2f}", 16), pad(f"{mib(r['extra']):.2f}", 14),
-          pad(f"{r['extra'] / base['extra']:.2f}", 14), pad(f"{dout:.1e}", 12), f"{dgrad:.1e}")
+DTYPES = (torch.float32, torch.bfloat16)
+res = {(dt, label): run_attention(fn, dtype=dt) for dt in DTYPES for label, fn in IMPLS}
+for dt in DTYPES:
+    base = res[(dt, IMPLS[0][0])]
+    print(str(dt).replace("torch.", ""))
+    print(pad("  写法", 32), pad("前向后多占 MiB", 16), pad("额外峰值 MiB", 14), pad("相对起始代码", 14), pad("输出最大差", 12), "梯度最大差")
+    for label, _ in IMPLS:
+        r = res[(dt, label)]
+        dout = (r["out"].float() - base["out"].float()).abs().max().item()
+        dgrad = max((a.float() - b.float()).abs().max().item() for a, b in zip(r["grads"], base["grads"]))
+        print(pad("  " + label, 32), pad(f"{mib(r['fwd']):.2f}", 16), pad(f"{mib(r['extra']):.2f}", 14),
+              pad(f"{r['extra'] / base['extra']:.2f}", 14), pad(f"{dout:.1e}", 12), f"{dgrad:.1e}")
 
 # %% [markdown]
 # 看看两种写法各自给反向留下了什么（按存储去重，只列 1 MiB 及以上的张量）。两边的第一行都是输入 q，最后一行都是 SDPA 的输出（内核按 `[B, S, H, D]` 的布局写出）：
 
 # %%
 for label in (IMPLS[0][0], IMPLS[2][0]):
-    print(label)
-    for (_, nbytes), shape in res[label]["saved"].items():
+    print(label, "（FP32）")
+    for (_, nbytes), shape in res[(torch.float32, label)]["saved"].items():
         if nbytes >= 2**20:
             print("   ", pad(str(shape), 22), f"{mib(nbytes):.2f} MiB")
 
 # %% [markdown]
 # 起始代码保存的 K、V 是复制出来的两份 `[2, 8, 1024, 64]`（各 4 MiB，是原来的 $g = 4$ 倍），原始的 k、v 反而用不上了，反向时 dK、dV 也先以 8 个头的大小算出来，再由 `repeat_interleave` 的反向按组求和回 2 个头。`enable_gqa=True` 保存的只有原始的 q、k、v、输出和每行的 log-sum-exp（`[2, 8, 1024]` 的 FP32，不到 1 MiB，没列出来），dK、dV 直接按 2 个头累加——这正是 FlashAttention-2 论文第 3.1 节描述的做法：不复制 KV 头，只在内核里换算索引，反向时把同组查询头的梯度加到同一个 KV 头上。
 #
-# 输出完全相同；梯度的差来自求和顺序不同，在 FP32 舍入误差的量级。
+# 两种 dtype 的结论相同：BF16 下 `enable_gqa=True` 的额外峰值是起始代码的 0.32 倍，FP32 下是 0.42 倍（BF16 时比值更小，是因为复制写法在反向里还有 FP32 的累加缓冲区，见下一段）。输出完全相同；梯度的差来自求和顺序不同：FP32 时在 FP32 舍入误差的量级，BF16 时大得多，因为起始代码在 BF16 里按组累加 dK、dV，融合核用 FP32 累加。
 #
 # 最后，模拟设备按 CUDA 调度规则给每种输入挑 SDPA 的核（`vramlab.sim.kernels.cuda_kernel_for`）。它把头数不同的输入排除在 flash 之外，交给 memory-efficient 核记账：
 
@@ -343,6 +383,6 @@ for dtype in (torch.float32, torch.bfloat16):
         print(pad(f"{str(dtype).replace('torch.', '')}，{HQ} 个查询头 / {hkv} 个 KV 头", 36), "→", cuda_kernel_for(q, k, k, None, 0.0))
 
 # %% [markdown]
-# 真实 GPU 上的选择取决于 PyTorch 版本，见正文“`enable_gqa` 在 GPU 上走哪个核”一节：torch 2.13 的文档写明 GQA 目前只在 flash 和 math 两个核上可用。BF16 / FP16 输入走 flash，与这里的 memory-efficient 记账只差几个小缓冲区；**FP32 输入**则可能退回 math 实现，而 math 实现内部会自己复制 K、V，并保存 $S \times S$ 的概率矩阵。所以在真卡上用 `enable_gqa=True` 时，请用 BF16/FP16，并用 `sdpa_kernel` 确认后端。
+# 这是模拟设备的简化，和文档不一致：torch 2.13 的文档写明 GQA 在 CUDA 上目前只在 flash 和 math 两个核上可用，真卡上 BF16 / FP16 的 GQA 应当走 flash。好在两个核为反向**保存**的张量相同（原始的 q、k、v，输出，每行的 log-sum-exp），前向之后的显存一样；差别只在反向时的临时缓冲区：模拟设备给 flash 记一个 FP32 的 dQ 累加器，给 memory-efficient 只记一个 `[B, H, L]` 的 FP32 缓冲区；而 FlashAttention-2 的反向遇到 GQA 时，还会先按全部查询头分配 dK、dV 的临时张量，算完再按组求和（`flash_api.cpp` 的 `dk_expanded`、`dv_expanded`）。所以真卡上 BF16 的 `enable_gqa=True` 前向后多占的显存与这里相同，反向的额外峰值会比这里高，比值也会高一些；保存的张量不复制这一点不变。**FP32 输入**则不同：按文档它会退回 math 实现，而 math 实现内部会自己复制 K、V，并保存 $S \times S$ 的概率矩阵，上面 FP32 那张表在真卡上可能得出相反的结论。所以在真卡上用 `enable_gqa=True` 时，请用 BF16/FP16，并用 `sdpa_kernel` 确认后端。
 #
 # 本教程的显存数字都在模拟设备上测得，它们是确定的：换一台没有 GPU 的机器重跑，结果相同。梯度的“最大差”不是：它来自浮点求和的顺序，随 CPU 线程数和机器略有不同（在 1e-6 的量级）。模拟设备不计时间。

@@ -267,9 +267,9 @@ print("峰值位置：", STEP["moe-tiny"][0].peak_where)
 #
 # ## 4. 手写 MoE 层：稠密写法与分发写法
 #
-# 一个最简单的 MoE 层：路由器 $W_r \in \mathbb{R}^{E \times d}$ 给每个 token 打分，softmax 后取前 $k$ 个，权重归一化；专家 $e$ 是 $d \to 4d \to d$ 的 GELU MLP，权重 `w_in[e]`（$4d \times d$）和 `w_out[e]`（$d \times 4d$）；输出是被选中的 $k$ 个专家输出的加权和。
+# 一个最简单的 MoE 层：路由器 $W_r \in \mathbb{R}^{E \times h}$ 给每个 token 打分，softmax 后取前 $k$ 个，权重归一化；专家 $e$ 是 $h \to 4h \to h$ 的 GELU MLP（$h$ 是模型宽度，代码里叫 `D`），权重 `w_in[e]`（$4h \times h$）和 `w_out[e]`（$h \times 4h$）；输出是被选中的 $k$ 个专家输出的加权和。
 #
-# - **稠密写法**：每个专家都算全部 $T$ 个 token，再用门控权重（没选中的为 0）加权求和。写起来最简单，但 $4d$ 宽的中间张量是 $[E, T, 4d]$，是分发写法的 $E/k$ 倍。
+# - **稠密写法**：每个专家都算全部 $T$ 个 token，再用门控权重（没选中的为 0）加权求和。写起来最简单，但 $4h$ 宽的中间张量是 $[E, T, 4h]$，是分发写法的 $E/k$ 倍。
 # - **分发写法**：对每个专家，找出选中它的 token（`nonzero`），只把这些行收集（gather）出来算，再按 token 下标加回（scatter-add，`index_add_`）。每个专家平均只处理 $Tk/E$ 个 token。
 
 # %%
@@ -282,8 +282,8 @@ def route(x, router_weight, top_k):
 def moe_dense(x, router_weight, w_in, w_out, top_k):
     probs, top_v, top_i = route(x, router_weight, top_k)
     gates = torch.zeros_like(probs).scatter(1, top_i, top_v)   # [T, E]，没选中的是 0
-    h = F.gelu(torch.einsum("td,efd->etf", x, w_in))           # [E, T, 4d]：每个专家算全部 token
-    y = torch.einsum("etf,edf->etd", h, w_out)                 # [E, T, d]
+    h = F.gelu(torch.einsum("td,efd->etf", x, w_in))           # [E, T, 4h]：每个专家算全部 token
+    y = torch.einsum("etf,edf->etd", h, w_out)                 # [E, T, h]
     return torch.einsum("etd,te->td", y, gates)
 
 
@@ -329,16 +329,16 @@ def moe_memory(fn):
 
 MOE = {name: moe_memory(fn) for name, fn in (("dense", moe_dense), ("dispatch", moe_dispatch))}
 (pd, yd, gd, _), (pp, yp, gp, _) = MOE["dense"], MOE["dispatch"]
-print(f"T = {T_MOE} 个 token，d = {D}，E = {E} 个专家，top-{K}，FP32")
+print(f"T = {T_MOE} 个 token，h = {D}，E = {E} 个专家，top-{K}，FP32")
 print(f"稠密写法：前向+反向峰值增量 {mib(pd):7.2f} MiB")
 print(f"分发写法：前向+反向峰值增量 {mib(pp):7.2f} MiB   （{pp / pd:.1%}）")
 print("输出一致：", torch.allclose(yd, yp, atol=1e-5),
       "  四个梯度一致：", all(float((a - b).norm() / b.norm()) < 1e-5 for a, b in zip(gd, gp)))
-print(f"参考：一个 [E, T, 4d] 的 FP32 张量 = {mib(E * T_MOE * 4 * D * 4):.0f} MiB，"
-      f"一个 [Tk, 4d] = {mib(T_MOE * K * 4 * D * 4):.0f} MiB")
+print(f"参考：一个 [E, T, 4h] 的 FP32 张量 = {mib(E * T_MOE * 4 * D * 4):.0f} MiB，"
+      f"一个 [Tk, 4h] = {mib(T_MOE * K * 4 * D * 4):.0f} MiB")
 
 # %% [markdown]
-# 两种写法的输出和梯度一致，分发写法的峰值增量只有稠密写法的一小部分：稠密写法存了 $[E, T, 4d]$ 的 GELU 输入和输出，分发写法只存每个专家自己那 $Tk/E$ 行。本章的评分练习（`ch17-moe`）就是把稠密写法改成分发写法。
+# 两种写法的输出和梯度一致，分发写法的峰值增量只有稠密写法的一小部分：稠密写法存了 $[E, T, 4h]$ 的 GELU 输入和输出，分发写法只存每个专家自己那 $Tk/E$ 行。本章的评分练习（`ch17-moe`）就是把稠密写法改成分发写法。
 #
 # 把两次的已分配显存（相对起点）画在一起：
 
@@ -362,12 +362,83 @@ if MOE["dense"][3]:
         ax.plot([i / (len(tl) - 1) for i in range(len(tl))], [mib(v) for v in tl], label=zh if ZH else en)
     ax.set_xlabel("前向 + 反向的进度（按分配事件归一化）" if ZH else "progress through forward + backward")
     ax.set_ylabel("相对起点的已分配显存 (MiB)" if ZH else "allocated above start (MiB)")
-    ax.set_title("MoE 层，T=2048, d=128, E=8, top-2, FP32" if ZH else "MoE layer, T=2048, d=128, E=8, top-2, FP32")
+    ax.set_title("MoE 层，T=2048, h=128, E=8, top-2, FP32" if ZH else "MoE layer, T=2048, h=128, E=8, top-2, FP32")
     ax.legend(fontsize=8)
     fig.tight_layout()
     plt.show()
 else:
     print("在 GPU 上没有逐次分配的时间线；看上面的峰值即可。")
+
+# %% [markdown]
+# ### 显存低，不等于路由做对了：用 `FlopCounterMode` 数计算量
+#
+# 把稠密写法改成“按专家循环、每个专家仍处理全部 token”，一次只留一个专家的 $[T, 4h]$，峰值同样很低，但每个专家仍然对全部 token 做了矩阵乘。要区分这两种写法，得数计算量。`torch.utils.flop_counter.FlopCounterMode` 是一个上下文管理器：在 `with FlopCounterMode(display=False) as counter:` 里运行的矩阵乘都会被计数，`counter.get_total_flops()` 返回总数。下面只做前向（推理，和评分练习一样），在 `torch.no_grad()` 下量四种写法的峰值增量和矩阵乘的浮点运算次数，都以稠密写法为 1：
+#
+# - **按专家循环的稠密写法**：见上；
+# - **按容量补齐**：把每个专家的 token 排好序、补齐到同一长度（这里取本批最忙专家的 token 数，不丢 token），放进 $[E, C, h]$ 的缓冲区，用一次批量矩阵乘（`bmm`）算完所有专家。
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def moe_expert_loop(x, router_weight, w_in, w_out, top_k):
+    """按专家循环，但每个专家仍算全部 token，再乘门控：一次只留一个专家的 [T, 4h]。"""
+    probs, top_v, top_i = route(x, router_weight, top_k)
+    gates = torch.zeros_like(probs).scatter(1, top_i, top_v)
+    out = torch.zeros_like(x)
+    for e in range(w_in.shape[0]):
+        out += (F.gelu(x @ w_in[e].T) @ w_out[e].T) * gates[:, e:e + 1]
+    return out
+
+
+def moe_padded(x, router_weight, w_in, w_out, top_k):
+    """按专家号给 (token, 第几选) 排序，填进 [E, C, h] 的缓冲区（C = 最忙专家的 token 数），两次 bmm 算完。"""
+    probs, top_v, top_i = route(x, router_weight, top_k)
+    flat = top_i.flatten()                                   # [T * k]，第 i 项属于 token i // k
+    order = flat.argsort(stable=True)
+    expert = flat[order]
+    counts = torch.bincount(flat, minlength=w_in.shape[0])
+    pos = torch.arange(flat.numel(), device=x.device) - (torch.cumsum(counts, 0) - counts)[expert]
+    token = order // top_k
+    buf = x.new_zeros(w_in.shape[0], int(counts.max()), x.shape[1])
+    buf[expert, pos] = x[token]
+    y = torch.bmm(F.gelu(torch.bmm(buf, w_in.transpose(1, 2))), w_out.transpose(1, 2))[expert, pos]
+    return torch.zeros_like(x).index_add_(0, token, y * top_v.flatten()[order, None])
+
+
+def moe_forward_cost(fn):
+    """只做前向：峰值增量（字节）、矩阵乘的浮点运算次数、输出。"""
+    with vramlab.open_device(BACKEND) as dev:
+        g = torch.Generator(device=dev.torch_device).manual_seed(0)
+        x = torch.randn(T_MOE, D, generator=g, device=dev.torch_device)
+        router = torch.randn(E, D, generator=g, device=dev.torch_device) / D**0.5
+        w_in = torch.randn(E, 4 * D, D, generator=g, device=dev.torch_device) / D**0.5
+        w_out = torch.randn(E, D, 4 * D, generator=g, device=dev.torch_device) / (4 * D)**0.5
+        with torch.no_grad():
+            fn(x, router, w_in, w_out, K)                    # 热身
+            dev.empty_cache()
+            dev.synchronize()
+            base = dev.allocated()
+            dev.reset_peak()
+            with FlopCounterMode(display=False) as counter:
+                y = fn(x, router, w_in, w_out, K)
+            dev.synchronize()
+            return dev.max_allocated() - base, counter.get_total_flops(), y.cpu()
+
+
+COST = {name: moe_forward_cost(fn) for name, fn in (("稠密写法", moe_dense), ("分发写法", moe_dispatch),
+                                                    ("按专家循环的稠密写法", moe_expert_loop),
+                                                    ("按容量补齐 + bmm", moe_padded))}
+peak0, flops0, y0 = COST["稠密写法"]
+print(f"只做前向（torch.no_grad），T = {T_MOE}，h = {D}，E = {E}，top-{K}，FP32；以稠密写法为 1")
+print(pad("写法", 24), pad("峰值增量 MiB", 14), pad("峰值", 8), pad("矩阵乘 GFLOP", 14), pad("计算量", 8), "输出最大差")
+for name, (peak, flops, y) in COST.items():
+    print(pad(name, 24), pad(f"{mib(peak):.2f}", 14), pad(f"{peak / peak0:.3f}", 8), pad(f"{flops / 1e9:.3f}", 14),
+          pad(f"{flops / flops0:.3f}", 8), f"{(y - y0).abs().max().item():.1e}")
+print(f"k / E = {K / E:.3f}")
+
+# %% [markdown]
+# 分发写法的计算量正好是 $k/E$（路由器本身的 $[T, h] \times [h, E]$ 只占很小一部分）；按专家循环的写法峰值也很低，计算量却和稠密写法一样；按容量补齐的写法多算了补齐的那些行。本章的评分练习除了峰值，也用 `FlopCounterMode` 数矩阵乘的计算量，上限是 $1.5 \cdot k/E$：补齐的写法能过，按专家循环的稠密写法过不了。
 
 # %% [markdown]
 # ### 容量因子与分发缓冲区
@@ -376,7 +447,7 @@ else:
 #
 # $$C = \left\lceil \text{capacity factor} \times \frac{T \cdot k}{E} \right\rceil$$
 #
-# 超出容量的 token 被丢掉（这一层对它输出 0，只靠残差连接把它传下去），不满的位置补零。于是分发缓冲区是一个 $[E, C, d]$ 的张量；GShard 式的实现（DeepSpeed 的 `sharded_moe.py`）还先建一个 $[T, E, C]$ 的分发掩码，再用 `einsum("sec,sm->ecm")` 把 token 搬进缓冲区。用上面同一个随机路由器数一数：
+# 超出容量的 token 被丢掉（这一层对它输出 0，只靠残差连接把它传下去），不满的位置补零。于是分发缓冲区是一个 $[E, C, h]$ 的张量；GShard 式的实现（DeepSpeed 的 `sharded_moe.py`）还先建一个 $[T, E, C]$ 的分发掩码，再用 `einsum("sec,sm->ecm")` 把 token 搬进缓冲区。用上面同一个随机路由器数一数：
 
 # %%
 with torch.no_grad():
@@ -386,20 +457,20 @@ with torch.no_grad():
     probs0, _, top_i0 = route(x0, r0, K)
     load = torch.bincount(top_i0.reshape(-1), minlength=E)
 print("每个专家收到的 token 数：", load.tolist(), f"（平均 {T_MOE * K // E}）")
-print(pad("容量因子", 10), pad("容量 C", 8), pad("丢弃的 (token, 专家) 对", 24), pad("[E,C,d] 缓冲区 MiB", 20),
+print(pad("容量因子", 10), pad("容量 C", 8), pad("丢弃的 (token, 专家) 对", 24), pad("[E,C,h] 缓冲区 MiB", 20),
       "[T,E,C] FP32 掩码 MiB")
 for cf in (1.0, 1.25, 2.0):
     C = math.ceil(cf * T_MOE * K / E)
     dropped = int((load - C).clamp(min=0).sum())
     print(pad(f"{cf}", 10), pad(str(C), 8), pad(f"{dropped}（{dropped / (T_MOE * K):.1%}）", 24),
           pad(f"{mib(E * C * D * 4):.2f}", 20), f"{mib(T_MOE * E * C * 4):.2f}")
-print(f"路由 logits [T, E]：{mib(T_MOE * E * 4):.3f} MiB；一层的隐藏状态 [T, d]：{mib(T_MOE * D * 4):.2f} MiB")
+print(f"路由 logits [T, E]：{mib(T_MOE * E * 4):.3f} MiB；一层的隐藏状态 [T, h]：{mib(T_MOE * D * 4):.2f} MiB")
 
 # %% [markdown]
 # 三点值得注意：
 #
 # - 容量因子 1.0 时，负载最重的专家放不下，丢掉了一部分 token；加到 1.25（Switch Transformer 的常用值之一）或 2.0 丢得少了，缓冲区按比例变大，而且不满的位置也占显存。
-# - $[T, E, C]$ 掩码的元素个数是 $T \cdot E \cdot C = \text{cf} \cdot k \cdot T^2$，随 token 数**平方**增长：这里它已经是 $[E, C, d]$ 缓冲区的 16 倍。这是 einsum 式分发在长序列、大批次时的隐患；按下标收集（本节的 `nonzero` + `index_add_`，或 Megatron 的 token permutation）没有这块。
+# - $[T, E, C]$ 掩码的元素个数是 $T \cdot E \cdot C = \text{cf} \cdot k \cdot T^2$，随 token 数**平方**增长：这里它已经是 $[E, C, h]$ 缓冲区的 16 倍。这是 einsum 式分发在长序列、大批次时的隐患；按下标收集（本节的 `nonzero` + `index_add_`，或 Megatron 的 token permutation）没有这块。
 # - 路由 logits 只有 $T \times E$，和隐藏状态比很小；HF 的 Mixtral 在 `output_router_logits=True` 时把每一层的 logits 都留下来算负载均衡损失，也只是 $L \times T \times E$。
 #
 # 负载均衡辅助损失（Switch Transformer）是 $\alpha \cdot E \cdot \sum_i f_i P_i$：$f_i$ 是分给专家 $i$ 的 token 比例，$P_i$ 是路由概率在专家 $i$ 上的平均值。完全均匀时 $E \sum_i f_i P_i = 1$：
@@ -524,7 +595,7 @@ pc = mp.start_processes(ep_worker, args=(2, free_port(), queue), nprocs=2, start
 EP = dict(queue.get() for _ in range(2))
 pc.join()
 
-print(f"E = {EP_E} 个专家，d = {EP_D}，每个 rank {EP_T} 个 token，top-{EP_K}，FP32，2 个 gloo 进程")
+print(f"E = {EP_E} 个专家，h = {EP_D}，每个 rank {EP_T} 个 token，top-{EP_K}，FP32，2 个 gloo 进程")
 print(pad("rank", 5), pad("输出=参考", 10), pad("专家梯度=参考", 14), pad("发给 rank0/1 的行", 18),
       pad("发出行", 7), pad("收到行", 7), pad("数据并行专家权重 MiB", 21), "专家并行专家权重 MiB")
 for rank in (0, 1):

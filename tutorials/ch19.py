@@ -150,7 +150,7 @@ for name in NAMES:
 # 8-bit 优化器（Dettmers 等人，2022）把一阶矩和二阶矩存成 8 位整数，每个参数 2 字节；更新时把一块状态反量化成 FP32，做普通的 Adam 更新，再量化回去。两个关键设计：
 #
 # - **动态量化**（dynamic quantization）：256 个码值不是均匀分布的，而是像浮点数一样“指数 + 小数”，靠近 0 的地方密、远处疏，适合跨好几个数量级的优化器状态；
-# - **分块**（block-wise）：每 2048 个数一块，各用自己的最大绝对值（absmax）归一化。一个离群值只影响它所在的那一块。
+# - **分块**（block-wise）：每 2048 个数一块（论文的块大小；bitsandbytes 0.50.2 的实现每块 256 个数），各用自己的最大绝对值（absmax）归一化。一个离群值只影响它所在的那一块。
 #
 # 为了看清原理，下面按 bitsandbytes 的 `create_dynamic_map` 构造码表，手写量化与反量化（纯 PyTorch，在 CPU 上运行，只比较数值）。先在 `tiny` 上用普通 AdamW 训练 20 步，取真实的一阶矩和二阶矩，比较四种 8 位表示的误差。
 
@@ -322,11 +322,15 @@ logging.getLogger("bitsandbytes").setLevel(logging.ERROR)   # 不打印它找不
 import bitsandbytes as bnb  # noqa: E402
 
 lb, ob = train(lambda ps: bnb.optim.AdamW8bit(ps, lr=1e-3))
-sb = sum(v.numel() * v.element_size() for s in ob.state.values() for v in s.values() if torch.is_tensor(v))
+# qmap1 / qmap2 are the optimizer's two shared 256-entry code tables, referenced from every parameter's
+# state: count each storage once.
+storages = {v.untyped_storage().data_ptr(): v.untyped_storage().nbytes()
+            for s in ob.state.values() for v in s.values() if torch.is_tensor(v)}
+sb = sum(storages.values())
 print(pad("步", 6), pad("FP32 AdamW", 14), pad("手写 8-bit", 14), "bitsandbytes AdamW8bit")
 for i in (0, 3, 7, 11):
     print(pad(str(i + 1), 6), pad(f"{l32[i]:.4f}", 14), pad(f"{l8[i]:.4f}", 14), f"{lb[i]:.4f}")
-print(f"\nbitsandbytes 的状态（uint8 码、每块 absmax、每个参数一张 256 项码表，小参数仍是 FP32）："
+print(f"\nbitsandbytes 的状态（uint8 码、每块 absmax、全体参数共用的两张 256 项码表，小参数仍是 FP32；按存储去重）："
       f"{sb:,} 字节，{sb / n_tiny:.3f} 字节/参数")
 
 
@@ -349,7 +353,7 @@ print(f"模拟设备上的优化器状态：torch AdamW {mib(on_dev32):.2f} MiB�
       f"（{on_dev8 / on_dev32:.2f} 倍）")
 
 # %% [markdown]
-# bitsandbytes 的损失与 FP32 AdamW 同样几乎重合；它的字节/参数比手写版还高一些，因为每个参数另存了两张 256 项的 FP32 码表（`qmap1`、`qmap2`），在 `tiny` 这种小模型上不可忽略，在大模型上可以忽略。
+# bitsandbytes 的损失与 FP32 AdamW 同样几乎重合；它的字节/参数比手写版还高一些，主要因为 bitsandbytes 0.50.2 的 8 位分块优化器每块只有 256 个数（`bitsandbytes/optim/optimizer.py` 里 `blocksize = 256`），absmax 比手写版的每块 2048 个多 8 倍。每个参数的状态里都有 `qmap1`、`qmap2` 两个键，但它们指向全体参数共用的两张 256 项码表，所以上面按存储去重后只算一次。
 
 # %% [markdown]
 # ## 4. 把 AdamW 的状态放到主存（练习 `ch19-offload` 的预演）

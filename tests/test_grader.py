@@ -145,7 +145,10 @@ def test_hostile_fixture_coverage():
                      "result_finalize", "result_signal", "result_thread", "result_daemon",
                      "bookkeeping_parameters", "bookkeeping_modules", "reload_sim",
                      # a hidden configuration is observed like the visible one
-                     "hidden_case_numpy"):
+                     "hidden_case_numpy",
+                     # issue 28: memory the resident set misses, processes the audit hook misses, native code
+                     "memfd_mmap_window", "memfd_write", "pipe_buffers", "socket_buffers", "unlinked_tmp_file",
+                     "posix_shared_memory", "fork_exec_raw", "posix_spawn_child", "native_extension_module"):
         assert required in names
 
 

@@ -110,6 +110,7 @@ def _find_v1(mounts, own) -> Hierarchy | None:
 
 def _find_v2(mounts, own) -> Hierarchy | None:
     explicit = os.environ.get("VRAMLAB_CGROUP")
+    explicit = explicit if explicit and explicit.startswith("/") else None
     candidates = [Path(explicit)] if explicit else [
         _inside(m, r, own.get("", "/")) for m, r, t, _o in mounts if t == "cgroup2"]
     for folder in candidates:
@@ -127,8 +128,11 @@ def _delegate(folder: Path) -> bool:
     """Make `folder` hand memory and pids down to children: v2 allows that only in a group with no
     processes of its own, so the processes in it (this grader) move into a leaf `grader`."""
     control = folder / "cgroup.subtree_control"
+
+    def handed_down() -> bool:
+        return "memory" in [c.lstrip("+") for c in control.read_text().split()]
     try:
-        if "memory" in control.read_text().split():
+        if handed_down():
             return _writable_dir(folder)
         procs = [p for p in (folder / "cgroup.procs").read_text().split() if p]
         if procs:
@@ -138,7 +142,7 @@ def _delegate(folder: Path) -> bool:
                 (leaf / "cgroup.procs").write_text(pid)
         control.write_text("+memory +pids" if "pids" in (folder / "cgroup.controllers").read_text().split()
                            else "+memory")
-        return "memory" in control.read_text().split() and _writable_dir(folder)
+        return handed_down() and _writable_dir(folder)
     except OSError:
         return False
 
@@ -151,7 +155,7 @@ def available() -> Hierarchy | None:
     global _found
     with _lock:
         if _found is None:
-            if os.environ.get("VRAMLAB_CGROUP") == "off":
+            if os.environ.get("VRAMLAB_CGROUP") == "off":          # tests: the resident-set reading alone
                 _found = (None, "已用 VRAMLAB_CGROUP=off 关闭")
             else:
                 mounts, own = _mounts(), _own_paths()
@@ -160,6 +164,19 @@ def available() -> Hierarchy | None:
                           "这台机器上评分器不能创建内存 cgroup（cgroup v1 需要对自己的 memory 组有写权限；"
                           "cgroup v2 需要一个委派的子树，例如 systemd-run --user --scope -p Delegate=yes）")
         return _found[0]
+
+
+NO_CGROUP_WARNING = ("⚠ 这台机器上评分器不能为评分进程创建内存 cgroup：进程外的内存读数只看得到映射进地址空间的内存，"
+                     "藏在内存文件、管道或共享内存里的不算。这次的结果可以参考，但不是正式成绩。")
+NO_CGROUP_REFUSAL = ("评分器不能为评分进程创建内存 cgroup，拒绝正式评分：内核按 cgroup 记账才能数到学员进程占用的每一个字节。"
+                     "cgroup v1 下用 root 运行；cgroup v2 下在一个委派的子树里运行（例如 "
+                     "systemd-run --user --scope -p Delegate=yes vramlab ...）。确实要在没有 cgroup 的情况下评分，"
+                     "请加 --no-cgroup（或设置 VRAMLAB_CGROUP=optional），结果就不是正式成绩")
+
+
+def optional() -> bool:
+    """The instructor accepted grading without kernel accounting (`--no-cgroup`)."""
+    return os.environ.get("VRAMLAB_CGROUP") in ("optional", "off")
 
 
 def why_not() -> str:

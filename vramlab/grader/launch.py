@@ -18,8 +18,10 @@ def main(argv) -> int:
     job_path, pairs = argv[1], [tuple(int(fd) for fd in p.split(",")) for p in argv[2:]]
     if os.environ.pop("VRAMLAB_CONFINE", "") == "1":     # bwrap left us CAP_SYS_ADMIN for this (confine.py)
         from vramlab.grader import confine
-        if not (confine.remount_noexec(("/submission", "/tmp", "/dev/shm")) and confine.drop_capabilities()):
-            print("launch: could not remount noexec / drop capabilities", file=sys.stderr)
+        if not confine.remount_noexec(("/submission", "/tmp", "/dev/shm")):
+            print("launch: could not remount the writable folders noexec", file=sys.stderr)
+        if not confine.drop_capabilities():
+            print("launch: could not drop capabilities", file=sys.stderr)
             return 3
     procs = []
     for rank, (ctl, status) in enumerate(pairs):

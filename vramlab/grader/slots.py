@@ -172,7 +172,10 @@ class Slot:
         event = self._event(EXIT_TIMEOUT_S)
         statuses = event.get("statuses") if event and event.get("event") == "exited" else None
         self.cpu_seconds = event.get("cpu_seconds") if statuses is not None else None
-        clean = statuses is not None and self.proc.poll() is None and not self.sweep()
+        # a sandboxed worker that could not give each grading its own IPC namespace serves one grading only
+        isolated = statuses is not None and (event.get("isolated") is True or self.inside != policy.SUBMISSION_DIR)
+        self.ipc_objects_dropped = event.get("ipc_objects_dropped") if statuses is not None else None
+        clean = statuses is not None and isolated and self.proc.poll() is None and not self.sweep()
         return statuses, clean
 
     def close(self) -> None:

@@ -427,7 +427,7 @@ for rank in range(WORLD):
           f"{(sp['fc_w_grad'] - full[rank]['fc_w_grad'][cols]).abs().max().item():.1e}")
 
 # %% [markdown]
-# 按 FP32 数一数（每个 sbh 是一个 $[s, b, h]$ 张量）：整份时 `fc` 保存 LayerNorm 的输出（1 个 sbh）、GeLU 保存 `fc` 的输出（4）、`proj` 保存 GeLU 的输出（4），再加块的输出（1），共 10 个 sbh；LayerNorm 还保存它的输入 $x$，但 $x$ 在前向之前就在设备上了，不算在“多出”的里面（另有 LayerNorm 的均值和方差倒数，很小）。张量并行只把两个 $4h$ 宽的张量切成一半（4 → 2、4 → 2），LayerNorm 的输出和块的输出仍是整份：6 个 sbh。序列并行把这两样也切成一半：5 个 sbh，正好是整份的 $1/t$；表里的 5.17 多出的 0.5 MiB 是模拟的 CUDA 缓存分配器的取整（一个 1.5 MiB 的请求占了一整块 2 MiB，`dev.top_allocations()` 能看到），真卡上同样会有。块的输入 $x$ 本身在序列并行下也只有 $[s/t, b, h]$。这就是 Korthikanti 等人公式里 $10sbh$ 那一项（LayerNorm 和 dropout 的激活值）在序列并行下也除以 $t$ 的原因；真实模型里还有注意力和 dropout 掩码，第 4 部分用完整公式算。
+# 按 FP32 数一数（每个 sbh 是一个 $[s, b, h]$ 张量）：整份时 `fc` 保存 LayerNorm 的输出（1 个 sbh）、GeLU 保存 `fc` 的输出（4）、`proj` 保存 GeLU 的输出（4），再加块的输出（1），共 10 个 sbh；LayerNorm 还保存它的输入 $x$，但 $x$ 在前向之前就在设备上了，不算在“多出”的里面（另有 LayerNorm 的均值和方差倒数，很小）。张量并行只把两个 $4h$ 宽的张量切成一半（4 → 2、4 → 2），LayerNorm 的输出和块的输出仍是整份：6 个 sbh。序列并行把这两样也切成一半：5 个 sbh，正好是整份的 $1/t$；表里的 5.17 多出的 0.5 MiB 来自模拟的 CUDA 缓存分配器的记账：一个 1.5 MiB 的请求复用了缓存里一块 2 MiB 的空闲块，剩下的 0.5 MiB 不到 1 MiB，按规则不切分，整块记在它名下（`dev.top_allocations()` 能看到），真卡上同样会有。块的输入 $x$ 本身在序列并行下也只有 $[s/t, b, h]$。这就是 Korthikanti 等人公式里 $10sbh$ 那一项（LayerNorm 和 dropout 的激活值）在序列并行下也除以 $t$ 的原因；真实模型里还有注意力和 dropout 掩码，第 4 部分用完整公式算。
 #
 # ### 2.2 PyTorch 的写法：`parallelize_module`
 #

@@ -279,7 +279,7 @@ print(f"  两者之比：{slope_prompt / slope_prefix:.1f} 倍")
 # - **Prompt Tuning**：每多一个虚拟 token，保存的激活值就多出“参照行 ÷ $S$”那么多，和预测几乎分毫不差。虚拟 token 就是真 token：每一层、每个算子（包括 logits 和交叉熵）都多处理一个位置。$n = 128$ 时序列翻倍，保存的激活值也翻倍。
 # - **Prefix Tuning**：每多一个虚拟 token 只多出每层的一对 K、V。它是按查询头数（$2 L B h$）而不是按 KV 头数（$2 L B d_{kv}$）增长的：有了前缀，键值长度 $n + S$ 不等于查询长度 $S$，因果关系不能再用 SDPA 的 `is_causal` 表达，transformers 会建一个显式的注意力掩码；而 transformers 5.17 的 `sdpa_attention_forward` 只在掩码为 `None` 时使用 SDPA 原生的 GQA，否则先用 `repeat_kv` 把 K、V 复制成查询头数，再保存给反向。所以 GQA 模型加前缀时，K、V 的激活值按查询头数算。
 # - 同样的 $n$，Prefix Tuning 的激活值增长比 Prompt Tuning 小一个数量级：前缀不经过 FFN、不产生 logits，也没有自己的查询。
-# - 真实模型里这笔账是 $2 L B n h$ 乘每元素字节数：长前缀（例如 Li & Liang 在摘要任务上用的 200 个）时要算进去；注意力的计算量也按 $S 	imes (S+n)$ 增长。
+# - 真实模型里这笔账是 $2 L B n h$ 乘每元素字节数：长前缀（例如 Li & Liang 在摘要任务上用的 200 个）时要算进去；注意力的计算量也按 $S \times (S+n)$ 增长。
 #
 # ## 4. 重参数化 MLP：训练时多花多少，训练完留下什么
 #

@@ -1,4 +1,4 @@
-"""第 20 章 通信与计算重叠：梯度一算好就 AllReduce、就更新、就释放（ch20-overlap）.
+"""第 20 章 逐参数通信与更新：梯度一算好就 AllReduce、就更新、就释放（ch20-overlap）.
 
 Kind "train_step" on 2 gloo processes (data parallel), the contract of ch08: every rank's losses and
 parameter update are judged against the same rank of the trusted starter, and the worst rank's
@@ -19,14 +19,15 @@ import torch.distributed as dist
 
 def train_step(model, optimizer, batch, device):
     """梯度一算好就通信：每个参数挂一个 post-accumulate-grad 钩子，在钩子里 AllReduce 这个梯度、
-    用它自己的 AdamW 更新、然后释放梯度。通信和剩下的反向重叠，整份梯度从不同时存在。"""
+    用它自己的 AdamW 更新、然后释放梯度。AllReduce 是同步的，反向要等它做完才继续（不重叠，用时间换显存），
+    整份梯度从不同时存在。"""
     if not hasattr(model, "_per_param_adamw"):          # 第一次调用时挂钩子，之后每步复用
         hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
         world = dist.get_world_size()
         per_param = {p: torch.optim.AdamW([p], **hyper) for p in model.parameters()}
 
         def reduce_step_free(p):
-            dist.all_reduce(p.grad)                      # 真实训练里用 async_op=True 让通信在后台跑
+            dist.all_reduce(p.grad)                      # 同步：下一行要用规约后的梯度
             p.grad /= world
             per_param[p].step()
             p.grad = None                                # 用完就释放
@@ -50,13 +51,13 @@ TARGET_NOTE = ("Measured on the sim at ci scale (6-layer tiny, d 256, vocab 1024
 SPEC = ExerciseSpec(
     id="ch20-overlap",
     chapter=20,
-    title="通信与计算重叠：梯度算好就 AllReduce、就更新、就释放",
+    title="逐参数通信与更新：梯度算好就 AllReduce、就更新、就释放",
     task=(
         "评分器启动 **2 个进程**（gloo 后端，数据并行），在运行你的代码之前初始化好 `torch.distributed`；"
         "每个 rank 拿到每个全局 batch 的一部分。\n\n"
         "`train_step(model, optimizer, batch, device)` 做一步数据并行训练（梯度在所有 rank 之间求平均，"
         "AdamW 更新），返回本 rank 的损失（Python `float`）。\n\n"
-        "起始代码等反向**全部结束**才通信、才更新：反向结束时整份梯度同时活着，通信也没法和反向重叠，"
+        "起始代码等反向**全部结束**才通信、才更新：反向结束时整份梯度同时活着，"
         "优化器更新时还有自己的临时张量。请改成**每个梯度一算好就通信、就用上、就释放**，"
         "让整份梯度从不同时存在。每个 rank 的损失和参数更新都要与起始代码一致（AdamW 的超参数以评分器的优化器为准）；"
         "评分看各 rank 稳态峰值中最大的那个。"

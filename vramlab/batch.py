@@ -23,6 +23,13 @@ folders, the temp disk's free space and the backend (a GPU for cuda) are checked
 grading starts. Exit codes: vramlab/errors.py (0 done, 2 bad arguments, 4 some rows are grader
 errors or the machine cannot grade, 128+N stopped by signal N).
 
+Every grading has a wall-clock deadline (`--deadline`, $VRAMLAB_DEADLINE_S, default: the time
+limit per case plus a margin; grader/deadline.py). A grading past it is that submission's
+timeout (0 points, journaled and in the CSV like any row) and the batch goes on: inside the
+worker a watchdog kills the grading's processes and interrupts it; should the worker itself not
+answer, the parent kills that worker and everything below it, records the timeout and grades the
+other submissions that the killed pool was running again in a fresh pool.
+
 For more than one machine, use an existing scheduler (Slurm job array, Kubernetes Indexed Job,
 see docs/guide/grading.md) running `vramlab grade EXERCISE PATH --json` per submission.
 """
@@ -45,6 +52,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .cli import ChineseArgumentParser, _positive_int, _positive_seconds, report_error
@@ -94,12 +102,18 @@ def infer_job(path, exercise: str | None = None) -> tuple[str, str, str]:
     return student, exercise or "", str(p)
 
 
+SUBMISSION_LIMIT = 256 * 2 ** 20      # a notebook larger than this is not read for its key
+
+
 def job_key(job: tuple[str, str, str], backend: str, scale: str) -> str | None:
     """sha256 of what a grade depends on: exercise, student, the file's bytes, backend and scale.
-    None for a file that cannot be read: such a job is never reused."""
+    None for a file that cannot be read, or is not a regular file (a FIFO would block the batch:
+    grader/safe_read.py): such a job is never reused."""
+    from .grader import safe_read
+
     student, exercise, path = job
     try:
-        data = Path(path).read_bytes()
+        data = safe_read.read(path, SUBMISSION_LIMIT, follow_symlinks=True)
     except OSError:
         return None
     h = hashlib.sha256(json.dumps([exercise, student, backend, scale]).encode())
@@ -109,22 +123,68 @@ def job_key(job: tuple[str, str, str], backend: str, scale: str) -> str | None:
 
 
 def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, sandbox: str = "require",
-               cores: int | None = None) -> dict:
+               cores: int | None = None, deadline_s: float | None = None) -> dict:
     student, exercise, path = job
     row = {"student": student, "exercise": exercise, "path": path, "passed": False, "score": 0}
     t0 = time.perf_counter()
     try:
         if not exercise:
             raise ValueError(f"无法从路径判断练习编号：{path}（用 --exercise 指定）")
-        from .grader import grade_file
+        from .grader import deadline, grade_file
 
-        result = grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s, sandbox=sandbox,
-                            cores=cores)
+        result = deadline.run(lambda: grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s,
+                                                 sandbox=sandbox, cores=cores),
+                              exercise, backend, scale, timeout_s, deadline_s)
         row.update({k: result.get(k) for k in FIELDS if k in result and k not in ("student", "path")})
     except Exception as e:  # noqa: BLE001 - one broken submission never fails the batch
         row.update(category="grader_error", reason=describe(e))
     row.setdefault("seconds", round(time.perf_counter() - t0, 2))
     return row
+
+
+def _timeout_row(job: tuple[str, str, str], backend: str, scale: str, limit: float, seconds: float) -> dict:
+    """The row of a grading whose worker the parent killed at its deadline: that submission's timeout."""
+    from .grader import deadline
+
+    student, exercise, path = job
+    row = {"student": student, "exercise": exercise, "path": path, "passed": False, "score": 0}
+    try:
+        result = deadline.timeout_result(exercise, backend, scale, limit, seconds)
+        row.update({k: result.get(k) for k in FIELDS if k in result and k not in ("student", "path")})
+    except KeyError:            # not an exercise of this course (cannot happen once grading started)
+        row.update(category="timeout", reason=deadline.timeout_zh(limit), backend=backend, seconds=round(seconds, 2))
+    return row
+
+
+_announce = None          # in a pool worker: where it says which job it starts (see _graded)
+
+
+def _graded(index: int, job, backend, scale, timeout_s, sandbox, cores, deadline_s) -> dict:
+    """In a pool worker: tell the parent which job starts now (its deadline clock starts), then
+    grade it. `deadline_s` is passed on only when given (`_grade_one` may be a test's fake)."""
+    if _announce is not None:
+        _announce.put((index, os.getpid()))
+    extra = {"deadline_s": deadline_s} if deadline_s else {}
+    return _grade_one(job, backend, scale, timeout_s, sandbox, cores, **extra)
+
+
+def _kill_worker(pid: int) -> None:
+    """SIGKILL a pool worker and every process below it (its gradings run in sessions of their
+    own): stopped first, so that it starts nothing while its tree is listed."""
+    from .grader.observer import descendants
+
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGSTOP)
+    for _ in range(5):
+        below = descendants(pid)
+        if not below:
+            break
+        for p in below:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+        time.sleep(0.05)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _resolve_backend(backend: str) -> str:
@@ -224,12 +284,13 @@ def _signals_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _worker_init(parent_pid: int, stop, tmp: str) -> None:
+def _worker_init(parent_pid: int, stop, tmp: str, announce=None) -> None:
     """In each pool worker. Its gradings' temp folders go under the batch's folder, which the parent
     removes. Ctrl-C (the terminal sends it to the whole process group) is the parent's to handle;
     SIGTERM ends the worker and what it started. A thread watches `stop`, the read end of a pipe
     whose write end only the parent holds: it reads EOF when the parent closes it or is gone."""
-    tempfile.tempdir = tmp
+    global _announce
+    tempfile.tempdir, _announce = tmp, announce
     signal.signal(signal.SIGINT, lambda signum, frame: None)   # not SIG_IGN: the gradings' children would inherit it
     if hasattr(signal, "SIGHUP"):                               # a hang-up reaches the whole group too
         signal.signal(signal.SIGHUP, lambda signum, frame: None)
@@ -274,10 +335,17 @@ def _kill_children() -> None:
             continue
 
 
+class _Pool(ProcessPoolExecutor):
+    """The batch's process pool; `announce`: the queue its workers say which job they start on."""
+
+    announce = None
+
+
 def _start_pool(workers: int):
     """A pool of spawned workers (no fork of a process that may hold CUDA or threads), the pipe
-    that stops them (see _worker_init) and the folder for their gradings' temp files. Not a
-    multiprocessing.Event: setting one waits for every process that waited on it, dead or not."""
+    that stops them (see _worker_init), the folder for their gradings' temp files and the queue on
+    which they say which job they start (see _graded). Not a multiprocessing.Event: setting one
+    waits for every process that waited on it, dead or not."""
     ctx = multiprocessing.get_context("spawn")
     if os.name == "posix":
         from multiprocessing import resource_tracker
@@ -288,8 +356,10 @@ def _start_pool(workers: int):
     tmp = tempfile.mkdtemp(prefix="vramlab-batch-")
     from .grader.sandbox import mark_owner
     mark_owner(tmp)                 # a later grading removes it if this batch is SIGKILLed (sandbox.sweep_stale)
-    pool = ProcessPoolExecutor(max_workers=max(1, int(workers)), mp_context=ctx, initializer=_worker_init,
-                               initargs=(os.getpid(), stop_r, tmp))
+    announce = ctx.SimpleQueue()
+    pool = _Pool(max_workers=max(1, int(workers)), mp_context=ctx, initializer=_worker_init,
+                 initargs=(os.getpid(), stop_r, tmp, announce))
+    pool.announce = announce
     return pool, (stop_r, stop_w), tmp
 
 
@@ -342,7 +412,7 @@ def _summary(graded: list[dict], reused: int, wall_s: float) -> str:
 
 def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: str = "sim", scale: str | None = None,
                timeout_s: float | None = None, progress: bool = True, sandbox: str = "require",
-               journal=None, fresh: bool = False, executor=None, started=None) -> list[dict]:
+               journal=None, fresh: bool = False, executor=None, started=None, deadline_s: float | None = None) -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
     row per path, in the order given. Each worker keeps warm sandboxes (grader/slots.py) and the
     starter's run is measured once per exercise and kept (grader/baselines.py), so a grading is
@@ -356,9 +426,11 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     key still matches are reused instead of graded again (not those of a grader error); `fresh=True`
     renames an existing journal to `.bak` first. `started()` is called once the journal is held,
     before any grading. SIGINT, SIGTERM or SIGHUP (main thread only) raise `Interrupted` after the
-    pool is killed. `executor`: run the gradings in this
+    pool is killed. `deadline_s`: each grading's wall-clock deadline (default: grader/deadline.py's);
+    past it the submission is a timeout row. `executor`: run the gradings in this
     `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
-    see a monkeypatched `_grade_one`); it is not shut down here."""
+    see a monkeypatched `_grade_one`); it is not shut down here, and its workers are not killed at
+    a deadline (the watchdog inside each grading still is)."""
     from .grader import policy
     from .grader.core import usable_cores
 
@@ -388,29 +460,64 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
         print(f"已有 {reused} 份成绩（{journal}），跳过；还要评 {len(todo)} 份", file=sys.stderr)
     bar = _progress_bar(len(jobs), reused) if progress else None
     t0 = time.perf_counter()
+    from .grader import deadline as grading_deadline
+
+    # the parent's own limit: a worker whose grading outlives its deadline by this much is killed
+    hard = {i: grading_deadline.seconds(jobs[i][1], scale, timeout_s, deadline_s) + 3 * grading_deadline.GRACE_S
+            for i in todo}
+
+    def record(i: int, r: dict) -> None:
+        rows[i] = r
+        if log is not None:
+            _append(log, keys[i], r)
+        if bar is not None:
+            bar.set_postfix_str(f"{r['student']}/{r['exercise']}: {r.get('score', 0)} 分")
+            bar.update(1)
+
     pending: set = set()
+    pool = stop = tmp = None
     with _catch_signals() as caught:
-        pool, stop, tmp = _start_pool(workers) if executor is None else (executor, None, None)
         try:
-            with _signals_blocked():                        # the workers start here (see _signals_blocked)
-                futures = {pool.submit(_grade_one, jobs[i], backend, scale, timeout_s, sandbox, share): i for i in todo}
-            pending = set(futures)
-            while pending and not caught:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=futures.get):       # the same order every time
-                    if caught and fut.exception() is not None:
-                        continue                # its worker got the same signal (sent to the group): no result
-                    i = futures[fut]
-                    rows[i] = r = _result(fut, jobs[i])
-                    if log is not None:
-                        _append(log, keys[i], r)
-                    if bar is not None:
-                        bar.set_postfix_str(f"{r['student']}/{r['exercise']}: {r.get('score', 0)} 分")
-                        bar.update(1)
+            queue = list(todo)
+            while queue and not caught:     # a second round only after a worker was killed at a deadline
+                if executor is None:
+                    pool, stop, tmp = _start_pool(workers)
+                with _signals_blocked():                    # the workers start here (see _signals_blocked)
+                    futures = {(executor or pool).submit(_graded, i, jobs[i], backend, scale, timeout_s, sandbox, share,
+                                                         deadline_s): i for i in queue}
+                pending, queue = set(futures), []
+                running: dict[int, tuple[int, float]] = {}        # job -> (its worker's pid, when it started)
+                killed: dict[int, float] = {}                      # job -> seconds it ran when its worker was killed
+                while pending and not caught:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    announce = getattr(pool, "announce", None) if executor is None else None
+                    while announce is not None and not announce.empty():
+                        i, pid = announce.get()
+                        running[i] = (pid, time.monotonic())
+                    for fut in sorted(done, key=futures.get):       # the same order every time
+                        if caught and fut.exception() is not None:
+                            continue                # its worker got the same signal (sent to the group): no result
+                        i = futures[fut]
+                        if i in killed and fut.exception() is not None:
+                            record(i, _timeout_row(jobs[i], backend, scale, hard[i] - 3 * grading_deadline.GRACE_S,
+                                                   killed[i]))
+                        elif killed and isinstance(fut.exception(), BrokenProcessPool):
+                            queue.append(i)         # killed with the pool, not for its own doing: graded again
+                        else:
+                            record(i, _result(fut, jobs[i]))
+                    now = time.monotonic()
+                    for i, (pid, since) in running.items():
+                        if rows[i] is None and i not in killed and now - since > hard[i]:
+                            _kill_worker(pid)       # the pool breaks: its other jobs come back as BrokenProcessPool
+                            killed[i] = now - since
+                if executor is None:
+                    _stop_pool(pool, stop, tmp, kill=bool(pending or killed))
+                    pool = None
+                queue.sort()
         finally:
-            if executor is None:
-                _stop_pool(pool, stop, tmp, kill=bool(pending))
-            else:
+            if executor is None and pool is not None:
+                _stop_pool(pool, stop, tmp, kill=True)
+            elif executor is not None:
                 for fut in pending:
                     fut.cancel()
             if log is not None:
@@ -502,6 +609,9 @@ def main(argv=None) -> int:
                         help="sim（默认，与 notebook 里的 check() 相同）、cuda，或 auto（有 GPU 就用 cuda）")
     parser.add_argument("--scale", choices=("ci", "gpu"), default=None, help="默认：cuda 用 gpu，sim 用 ci")
     parser.add_argument("--timeout", type=_positive_seconds, default=None, help="每份提交的超时（秒，大于 0）")
+    parser.add_argument("--deadline", type=_positive_seconds, default=None,
+                        help="每份评分的总时限（秒，大于 0；含准备、起始代码和隐藏用例）。默认取环境变量 VRAMLAB_DEADLINE_S，"
+                             "否则为每个用例的运行时限之和再加 300 秒余量；超过的记为这份提交超时（0 分），批量评分继续")
     parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半；已有的旧 CSV 先改名为 .prev）")
     parser.add_argument("--journal", help="每评完一份就追加一行的记录文件（默认：<CSV>.journal.jsonl）；重跑时复用其中的成绩")
     parser.add_argument("--fresh", action="store_true", help="不复用 journal 里的成绩，从头评分（旧 journal 改名为 .bak）")
@@ -524,6 +634,12 @@ def _main(parser, args) -> int:
         workers = _positive_int(args.workers or os.environ.get("WORKERS", "2"))
     except argparse.ArgumentTypeError as e:
         parser.error(f"{'--workers' if args.workers else '环境变量 WORKERS'} {e}")
+    from .grader import deadline as grading_deadline
+
+    try:
+        grading_deadline.from_env()
+    except ValueError as e:
+        return fail(f"{e}。还没有开始评分。", EXIT_USAGE)
     if args.exercise is not None:
         from .exercises import EXERCISES
         if args.exercise not in EXERCISES:
@@ -559,7 +675,7 @@ def _main(parser, args) -> int:
     try:
         rows = grade_many(paths, workers=workers, exercise=args.exercise, backend=args.backend, scale=args.scale,
                           timeout_s=args.timeout, sandbox="off" if args.no_sandbox else "require",
-                          journal=journal, fresh=args.fresh, started=started)
+                          journal=journal, fresh=args.fresh, started=started, deadline_s=args.deadline)
     except BatchError as e:
         return fail(str(e), EXIT_USAGE)
     except OSError as e:              # renaming the old CSV

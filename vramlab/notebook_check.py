@@ -158,7 +158,10 @@ def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", 
         source = function_source(func, spec.function)
     except (OSError, TypeError) as e:
         raise AssertionError(f"读不到函数 `{spec.function}` 的源代码（{e}）：请在 notebook 的代码单元里定义它") from None
-    result = grade_source(exercise_id, source, backend=backend, scale=scale)
+    from .grader import deadline      # the whole grading under a wall-clock deadline ($VRAMLAB_DEADLINE_S)
+
+    result = deadline.run(lambda: grade_source(exercise_id, source, backend=backend, scale=scale),
+                          exercise_id, backend, scale)
     if not quiet:
         print(format_result(result))
     if not result["passed"]:

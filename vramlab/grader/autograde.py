@@ -92,15 +92,24 @@ class TrustedRegrade(NbGraderPreprocessor):
     backend = Unicode("sim", help="评分后端：sim（模拟设备）或 cuda").tag(config=True)
     scale = Unicode("ci", help="规模：ci 或 gpu（有 GPU 时与 backend=cuda 一起用）").tag(config=True)
     timeout = Float(None, allow_none=True, help="学员代码的运行时限（秒）；默认用规格里的").tag(config=True)
+    deadline = Float(None, allow_none=True,
+                     help="每个练习整份评分的总时限（秒）；默认取环境变量 VRAMLAB_DEADLINE_S，否则为每个用例的运行时限之和"
+                          "再加 300 秒余量。超过的记为超时、0 分，接着评下一份").tag(config=True)
     sandbox = Unicode("require", help="require：没有 bubblewrap 就报错（正式评分）；auto：只在信任提交者时用").tag(config=True)
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        if self.timeout is not None and (not math.isfinite(self.timeout) or self.timeout <= 0):
-            raise ValueError(f"c.TrustedRegrade.timeout 必须是大于 0 的有限秒数（或 None），收到 {self.timeout!r}")
+        for name in ("timeout", "deadline"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                raise ValueError(f"c.TrustedRegrade.{name} 必须是大于 0 的有限秒数（或 None），收到 {value!r}")
+        from .deadline import from_env
+
+        from_env()                              # a bad $VRAMLAB_DEADLINE_S: said now, in Chinese
         os.environ[DEFER_ENV] = "1"            # the kernels started from now on leave the grading to us
 
     def preprocess(self, nb, resources):
+        from . import deadline
         from .core import grade_file
         from .report import format_result
 
@@ -117,8 +126,10 @@ class TrustedRegrade(NbGraderPreprocessor):
                     continue
                 path = Path(tmp) / f"{eid}.ipynb"
                 path.write_text(nbformat.writes(nb), encoding="utf-8")
-                result = grade_file(eid, path, backend=self.backend, scale=self.scale,
-                                    timeout_s=self.timeout, sandbox=self.sandbox)
+                # under a wall-clock deadline: a grading past it is this submission's timeout (deadline.py)
+                result = deadline.run(lambda: grade_file(eid, path, backend=self.backend, scale=self.scale,
+                                                         timeout_s=self.timeout, sandbox=self.sandbox),
+                                      eid, self.backend, self.scale, self.timeout, self.deadline)
                 self.log.info("vramlab 复评 %s：%s（%s）", eid, "通过" if result.get("passed") else "未通过",
                               result.get("category"))
                 rewrite_outputs(cell, result, format_result(result))

@@ -71,6 +71,7 @@ def cmd_grade(args):
     from ..cli import report_error
     from ..errors import EXIT_GRADER, EXIT_UNREADABLE, EXIT_USAGE, describe
     from ..exercises import get_exercise
+    from . import deadline
     from .core import GraderError, grade_file
     from .report import format_result
     from .sandbox import GraderProblem, require_backend
@@ -80,13 +81,20 @@ def cmd_grade(args):
         get_exercise(args.exercise)
     except KeyError as e:
         return report_error(describe(e), EXIT_USAGE, args.json, **where)
+    try:
+        deadline.from_env()
+    except ValueError as e:
+        return report_error(str(e), EXIT_USAGE, args.json, **where)
     reason = unreadable(args.path)
     if reason:
         return report_error(reason, EXIT_UNREADABLE, args.json, **where)
     try:
         require_backend(args.backend)         # before any child starts: said once, not per run
-        result = grade_file(args.exercise, args.path, backend=args.backend, scale=args.scale,
-                            timeout_s=args.timeout, sandbox="off" if args.no_sandbox else args.sandbox)
+        # the whole grading under a wall-clock deadline: past it, this submission's timeout (deadline.py)
+        result = deadline.run(lambda: grade_file(args.exercise, args.path, backend=args.backend, scale=args.scale,
+                                                 timeout_s=args.timeout,
+                                                 sandbox="off" if args.no_sandbox else args.sandbox),
+                              args.exercise, args.backend, args.scale, args.timeout, args.deadline)
     except (GraderError, GraderProblem) as e:
         return report_error(str(e), EXIT_GRADER, args.json, **where)
     if args.json:
@@ -131,6 +139,9 @@ def add_commands(sub):
     g.add_argument("--backend", choices=("sim", "cuda"), default="sim")
     g.add_argument("--scale", choices=("ci", "gpu"), default="ci")
     g.add_argument("--timeout", type=_positive_seconds, default=None, help="提交代码的运行时限（秒，大于 0；默认按规模 120 或 600）")
+    g.add_argument("--deadline", type=_positive_seconds, default=None,
+                   help="整份评分的总时限（秒，大于 0；含准备、起始代码和隐藏用例）。默认取环境变量 VRAMLAB_DEADLINE_S，"
+                        "否则为每个用例的运行时限之和再加 300 秒余量；超过的记为这份提交超时（0 分）")
     g.add_argument("--sandbox", choices=("auto", "require"), default="auto",
                    help="auto（默认）：有 bubblewrap 就在操作系统沙箱里运行，没有就警告；require：没有沙箱就拒绝评分（正式评分用）")
     g.add_argument("--no-sandbox", action="store_true", help="不用沙箱（只在信任提交者时使用）")

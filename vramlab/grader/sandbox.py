@@ -267,11 +267,11 @@ def _close_parent_ends(pipes) -> None:
 
 
 def _tail(path: Path, n: int = 4000) -> str:
+    """The last `n` bytes of a log the ranks wrote (safe_read: never blocks, never reads more)."""
+    from . import safe_read
+
     try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - n))
-            return f.read().decode("utf-8", "replace")
+        return safe_read.read(path, n, tail=True).decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -282,14 +282,18 @@ def _read_result(path: Path) -> dict | None:
 
 def _read_result_checked(path: Path) -> tuple[dict | None, bool]:
     """(the payload, whether the file was missing or unreadable). A bad file is the learner's
-    doing ("tamper"), unless the disk was full (`_check_disk_after`)."""
+    doing ("tamper"), unless the disk was full (`_check_disk_after`). Read through safe_read: a
+    FIFO, a symbolic link, a device, a huge, sparse or growing file is refused without blocking
+    and without reading more than RESULT_LIMIT."""
+    from . import safe_read
+
     try:
-        if path.stat().st_size > RESULT_LIMIT:
-            return {"ok": False, "error": {"kind": "tamper", "message": "结果文件大得不正常"}}, False
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(safe_read.read(path, RESULT_LIMIT).decode("utf-8"))
+    except safe_read.UnsafeFile as e:
+        return {"ok": False, "error": {"kind": "tamper", "message": f"结果文件{e.reason}：被改写了"}}, False
     except FileNotFoundError:
         return None, True
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return {"ok": False, "error": {"kind": "tamper", "message": "结果文件不是合法的 JSON：被改写了"}}, True
     if not isinstance(doc, dict):
         return {"ok": False, "error": {"kind": "tamper", "message": "结果文件的格式不对"}}, False

@@ -387,7 +387,7 @@ with vramlab.open_device("auto") as dev:
 # %% [markdown]
 # 两颗雷都被拦住了，而且表现不同：第 6 步的损失本身就很大，范数是平时的上千倍；第 9 步的损失完全正常，梯度里却满是 `NaN`（`NaN` 一旦进入反向，就沿着计算图传给上游的所有参数，所以“先看哪些参数”在这里帮不上忙，要靠下一节的工具），只看损失曲线根本发现不了。两次都跳过了 `optimizer.step()`，所以坏梯度没有进入参数和 AdamW 的状态，之后的训练照常。
 #
-# 还要知道一个细节：`clip_grad_norm_` 在总范数是 `inf` 时，裁剪系数 `max_norm / (inf + 1e-6)` 是 0，会把所有梯度乘成 0；是 `NaN` 时则全部变成 `NaN`。它默认不报错（`error_if_nonfinite=False`），所以“裁剪了就安全”是错的，**必须检查返回值**。
+# 还要知道一个细节：`clip_grad_norm_` 在总范数是 `inf` 时，裁剪系数 `max_norm / (inf + 1e-6)` 是 0，每个梯度被原地乘以 0：有限的元素变成 0，本身是 `inf` 的元素变成 `NaN`（$\infty \times 0$）；是 `NaN` 时则全部变成 `NaN`。它默认不报错（`error_if_nonfinite=False`），所以“裁剪了就安全”是错的，**必须检查返回值**。
 #
 # ### 4.2 `detect_anomaly`：第一个产生 `NaN` 的反向算子是谁
 #

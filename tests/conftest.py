@@ -20,9 +20,13 @@ os.environ.setdefault("VRAMLAB_TEST_RUN_CACHE", tempfile.mkdtemp(prefix="vramlab
 os.environ["VRAMLAB_CACHE_DIR"] = os.environ["VRAMLAB_TEST_RUN_CACHE"]
 # several test processes grade at once (pytest-xdist): each grading gets its share of the cores
 # (grader/core.py, usable_cores): torch threads beyond the cores spin and slow every grading
+# A fixed count also keeps the thread count, which is in the starter cache's key, from following
+# the machine's load (grader/threads.py) between two gradings of one test.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
     os.environ.setdefault("VRAMLAB_GRADE_CORES",
                           str(max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))))
+else:
+    os.environ.setdefault("VRAMLAB_GRADE_CORES", str(len(os.sched_getaffinity(0))))
 if os.environ.get("VRAMLAB_NO_CHILD_PROCESSES") == "1":
     os.environ["VRAMLAB_WARM_PARK_S"] = "0"     # the fast tier grades nothing, not even in a parked sandbox
 

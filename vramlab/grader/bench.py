@@ -1,13 +1,15 @@
 """How long a grading takes, and how fast a class is graded, measured in one run.
 
-    vramlab grade-bench [--only IDS] [--starters] [--compare] [--class-size N] [--json]
+    vramlab grade-bench [--only IDS] [--starters] [--compare] [--load N] [--class-size N] [--json]
 
 For every exercise it grades the reference solution once to warm up (a warm worker, the starter's
 run in the baseline cache), then once more and reports that second grading's latency: what a
 learner's second `vramlab.check()` and every grading of a batch after the first one take.
 `--compare` also grades each solution the way the grader did before warm workers and the cache
 (a fresh interpreter per run, the starter measured in every grading) and prints both latencies
-and their ratio, measured in the same run on the same machine. `--class-size N` then grades N
+and their ratio, measured in the same run on the same machine. `--load N` grades each solution
+again while N busy-loop processes run (default: all cores but one busy) and prints that latency
+and its ratio to the idle one (grader/threads.py picks the threads from the load). `--class-size N` then grades N
 copies of every chosen exercise's solution through the batch (`vramlab.batch`, 2 workers, each
 grading on its share of the cores) and prints the class throughput and what 30 students handing in
 every chosen exercise would take at that rate (`--chapters`: the 30 chapters' exercises, the
@@ -16,14 +18,18 @@ goes first (see _class); the projection adds its time once.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 GOAL_S = {1: 2.0, 2: 4.0}         # issue 14: median per grading, single-process and 2-rank kinds
+GOAL_LOADED = 1.3                 # issue 33: with busy processes on all cores but one, at most 1.3x the idle time
 CLASS_STUDENTS = 30               # issue 14: a class of 30 hands in each exercise once
 
 
@@ -53,7 +59,9 @@ def _grade(spec, source: str, scale: str, backend: str, sandbox: str, cold: bool
 
 def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False, backend: str = "sim",
         only: list[str] | None = None, sandbox: str = "auto", compare: bool = False, class_size: int = 0,
-        workers: int = 2, class_only: bool = False) -> list[dict]:
+        workers: int = 2, class_only: bool = False, load: int = 0) -> list[dict]:
+    """`load`: N > 0 also grades each solution while N busy-loop processes run (busy_load) and
+    reports that latency next to the idle one, measured in the same run."""
     from ..exercises import EXERCISES
 
     rows = []
@@ -73,6 +81,14 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
             if compare:
                 _, cold = _grade(spec, src, scale, backend, sandbox, cold=True)
                 row["cold_seconds"] = round(cold, 2)
+            if load:
+                from .threads import torch_threads
+                with busy_load(load):
+                    _grade(spec, src, scale, backend, sandbox)     # warm-up at the thread count load leaves
+                    row["loaded_threads"] = torch_threads(world)
+                    r_loaded, loaded = _grade(spec, src, scale, backend, sandbox)
+                row.update(load=load, loaded_seconds=round(loaded, 2), loaded_passed=r_loaded["passed"],
+                           loaded_ratio=round(loaded / seconds, 2) if seconds else None)
             rows.append(row)
             if not as_json:
                 _print_row(row)
@@ -87,6 +103,31 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
     return rows
 
 
+@contextlib.contextmanager
+def busy_load(n: int):
+    """`n` busy-loop processes for as long as the block runs: other work on the machine (a
+    browser, an IDE, a build). Each spins on one core; each leaves by itself once its parent is
+    gone (checked every few tens of milliseconds), so a killed benchmark leaves no spinning process."""
+    spin = ("import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(200000):\n        pass\n")
+    procs = [subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(max(0, n))]
+    try:
+        time.sleep(0.5)                 # running, and seen by the run queue, before anything is timed
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def default_load() -> int:
+    """Busy processes on all usable cores but one: the issue's "busy laptop"."""
+    from .threads import usable_cores
+
+    return max(1, usable_cores() - 1)
+
+
 def _print_row(row: dict) -> None:
     mib = (row["peak_bytes"] or 0) / 2**20
     base = (row["baseline_peak_bytes"] or 0) / 2**20
@@ -96,9 +137,11 @@ def _print_row(row: dict) -> None:
     cpu = f"（学员代码 CPU {row['cpu_seconds']:5.2f} s）" if row.get("cpu_seconds") is not None else ""
     cold = f"  以前的做法 {row['cold_seconds']:5.1f} s（{row['cold_seconds'] / row['seconds']:4.1f} 倍）" \
         if row["cold_seconds"] else ""
+    loaded = (f"  {row['load']} 个忙进程时 {row['loaded_seconds']:5.2f} s（{row['loaded_ratio']:.2f} 倍，"
+              f"{row['loaded_threads']} 个线程{'' if row['loaded_passed'] else '，未通过'}）") if row.get("load") else ""
     print(f"{row['exercise']:<22} {row['code']:<8} {'通过' if row['passed'] else '未通过':<4} 峰值 {mib:8.1f} MiB  "
           f"起始 {base:8.1f} MiB  比值 {ratio}  目标 {row['target_ratio']:.2f}  进程外读数差 {seen}  "
-          f"耗时 {row['seconds']:5.2f} s{cpu}{cold}", flush=True)
+          f"耗时 {row['seconds']:5.2f} s{cpu}{cold}{loaded}", flush=True)
 
 
 def _summary(rows: list[dict]) -> None:
@@ -114,6 +157,10 @@ def _summary(rows: list[dict]) -> None:
         cold = [r["cold_seconds"] for r in rows if r["ranks"] == ranks and r["cold_seconds"]]
         if cold:
             line += f"；以前的做法中位数 {statistics.median(cold):.2f} s，快了 {statistics.median(cold) / statistics.median(secs):.1f} 倍"
+        loaded = [r["loaded_ratio"] for r in rows if r["ranks"] == ranks and r.get("loaded_ratio")]
+        if loaded:
+            line += (f"；有 {rows[0]['load']} 个忙进程时是空闲时的 {statistics.median(loaded):.2f} 倍（中位数，"
+                     f"最多 {max(loaded):.2f} 倍；目标 ≤ {GOAL_LOADED:g} 倍）")
         print(line)
     excesses = [abs(r["observed_excess_bytes"]) for r in rows if r["observed_excess_bytes"] is not None]
     print(f"进程外读数与起始代码之差的最大绝对值 {max(excesses, default=0) / 2**20:.1f} MiB"

@@ -105,12 +105,13 @@ def cmd_grade(args):
 
 
 def cmd_grade_bench(args):
-    from .bench import run, select
+    from .bench import default_load, run, select
 
     only = select(_exercise_ids(args.only) if args.only is not None else None, chapters=args.chapters)
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
         only=only, sandbox="off" if args.no_sandbox else "auto",
-        compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only)
+        compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only,
+        load=(args.load if args.load >= 0 else default_load()))
     return 0
 
 
@@ -158,6 +159,8 @@ def add_commands(sub):
     b.add_argument("--class-size", type=_non_negative_int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
     b.add_argument("--workers", type=_positive_int, default=2, help="全班评分时同时评的份数（默认 2）")
     b.add_argument("--class-only", action="store_true", help="只测全班吞吐，不逐题测单次评分")
+    b.add_argument("--load", type=int, nargs="?", const=-1, default=0, metavar="N",
+                   help="每题再在 N 个忙循环进程同时运行时评一次，和空闲时的耗时一起打印（不写 N：除一个核以外全占满）")
     b.set_defaults(func=cmd_grade_bench)
 
 

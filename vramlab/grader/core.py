@@ -45,27 +45,8 @@ from .submission import SubmissionError, check_source, notebook_source, paramete
 # ---------------------------------------------------------------------------------------------------
 # Grading
 # ---------------------------------------------------------------------------------------------------
-MAX_THREADS = 4          # the small CI-scale models gain little from more
-
-
-def usable_cores() -> int:
-    """The cores one grading may use: $VRAMLAB_GRADE_CORES when set (the test suite runs several
-    gradings at once and gives each its share), else the cores this process may run on (its
-    affinity mask, not the machine's count)."""
-    configured = os.environ.get("VRAMLAB_GRADE_CORES", "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def torch_threads(world: int, share: int | None = None) -> int:
-    """Torch threads per rank of one grading: `share` cores (default: all this process may use)
-    divided among the ranks. The starter's kept run is measured with the same count (the count is
-    part of its cache key), so the step times that the report compares were taken alike."""
-    return max(1, min(MAX_THREADS, (share or usable_cores()) // max(1, world)))
+# how many torch threads a grading runs with (the cores nothing else keeps busy): threads.py
+from .threads import MAX_THREADS, free_cores, torch_threads, usable_cores  # noqa: E402,F401 (re-exported)
 
 
 def _job(spec, scale_name: str, backend: str, threads: int | None = None) -> dict:
@@ -191,7 +172,7 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
         todo = [(n, spec.starter, base_timeout) for n in names] + [("submission", source, timeout)]
         # as many runs at once as the cores hold at the job's threads: oversubscribed OpenMP
         # threads spin and slow every run several times over
-        at_once = max(1, (cores or usable_cores()) // (job["threads"] * max(1, job["world_size"])))
+        at_once = max(1, free_cores(cores) // (job["threads"] * max(1, job["world_size"])))
         for i in range(0, len(todo), at_once):
             group = [threading.Thread(target=go, args=args) for args in todo[i:i + at_once]]
             for th in group:

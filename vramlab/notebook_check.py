@@ -138,6 +138,29 @@ def deferred() -> bool:
     return os.environ.get(DEFER_ENV) == "1" and os.environ.get(INSIDE_ENV) == "1"
 
 
+def show_figure(result: dict) -> bool:
+    """Display the report's timeline figure (starter vs yours, allocated over the steps) inline when a
+    Jupyter kernel runs this; plain Python prints the text report only. True when it was shown."""
+    from .grader.report import figure_of, memory_of
+
+    svg = figure_of(result)
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if not svg or shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    _, hidden = memory_of(result)
+    caption = ("隐藏配置里两次运行的已分配显存（以起始代码的峰值为 100%，不显示具体数值）" if hidden
+               else "起始代码与你的代码每一步的已分配显存（模拟设备）")
+    display(HTML(f'<figure style="margin:0.5em 0">{svg}<figcaption style="color:#495057;font-size:90%">'
+                 f'{caption}：灰线是起始代码，蓝线是你的代码；圆点是每一步结束时的已分配显存，▼ 是峰值，'
+                 f'✕ 是显存溢出，红色虚线是你的代码运行的显卡大小。</figcaption></figure>'))
+    return True
+
+
 def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", quiet: bool = False) -> dict:
     from .exercises import get_exercise
     from .grader import grade_source
@@ -164,9 +187,10 @@ def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", 
                           exercise_id, backend, scale)
     if not quiet:
         print(format_result(result))
+        show_figure(result)
     if not result["passed"]:
         raise AssertionError(result["reason"])
     return result
 
 
-__all__ = ["check", "function_source"]
+__all__ = ["check", "function_source", "show_figure"]

@@ -97,11 +97,38 @@ def cmd_grade(args):
                               args.exercise, args.backend, args.scale, args.timeout, args.deadline)
     except (GraderError, GraderProblem) as e:
         return report_error(str(e), EXIT_GRADER, args.json, **where)
+    saved = _save_figure(result, args.figure) if args.figure else None
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
-        print(format_result(result))
+        print(format_result(result, figure_path=saved))
+        if not args.figure and _has_figure(result):
+            print("  时间线图           加上 --figure 图.svg 把它存成文件（用浏览器打开）")
     return 0
+
+
+def _has_figure(result: dict) -> bool:
+    from .report import figure_of
+
+    return figure_of(result) is not None
+
+
+def _save_figure(result: dict, path: str) -> str | None:
+    """Write the report's timeline figure (SVG) to `path`; None (and a Chinese note on stderr) when
+    there is none to write (CUDA backend, estimate exercises) or the file cannot be written."""
+    from ..errors import os_error_zh
+    from .report import figure_of
+
+    svg = figure_of(result)
+    if svg is None:
+        print("没有可画的时间线图：只有模拟设备上的训练类练习记录每一步的显存", file=sys.stderr)
+        return None
+    try:
+        Path(path).write_text(svg + "\n", encoding="utf-8")
+    except OSError as e:
+        print(f"时间线图没能保存：{os_error_zh(e)}", file=sys.stderr)
+        return None
+    return str(path)
 
 
 def cmd_grade_bench(args):
@@ -146,6 +173,8 @@ def add_commands(sub):
     g.add_argument("--sandbox", choices=("auto", "require"), default="auto",
                    help="auto（默认）：有 bubblewrap 就在操作系统沙箱里运行，没有就警告；require：没有沙箱就拒绝评分（正式评分用）")
     g.add_argument("--no-sandbox", action="store_true", help="不用沙箱（只在信任提交者时使用）")
+    g.add_argument("--figure", metavar="图.svg",
+                   help="把时间线图（起始代码与你的代码每一步的已分配显存，SVG）保存到这个文件")
     g.set_defaults(func=cmd_grade)
     b = sub.add_parser("grade-bench", help="评分的耗时：每个练习参考答案的评分延迟，可选与以前做法的对比和全班吞吐")
     b.add_argument("--json", action="store_true")

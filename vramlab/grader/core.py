@@ -13,13 +13,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import secrets
 import signal
 import threading
 import time
 
 from . import baselines, observer, policy
+from . import feedback
 from .sandbox import ChildRun, GraderProblem, run_job
 from .kinds import get_kind
 from .kinds.common import CATEGORY_ZH, BaselineBroken, fail as _fail, scale_settings  # noqa: F401 (CATEGORY_ZH: re-exported)
@@ -121,10 +121,8 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         case = _grade_case(case_spec, _base_result(spec, backend, scale), **run_case)
         if not case["passed"]:
             result.update(passed=False, score=0, category=case["category"], hidden_failed=i,
-                          violations=case.get("violations", []),
-                          reason=f"你看到的配置通过了，但评分时另加的隐藏配置 {i}/{len(hidden)}（不同的"
-                                 f"{variation.changes_zh()}）没有通过：{_hidden_reason(case)}。"
-                                 "你的写法是不是只对题目给出的形状或数字成立？")
+                          violations=case.get("violations", []), hidden_memory=feedback.normalised(case.get("memory")),
+                          reason=feedback.hidden_failure_reason(case, variation.changes_zh(), i, len(hidden)))
             break
         result["hidden_passed"] = i
         if result.get("cpu_seconds") is not None and case.get("cpu_seconds") is not None:
@@ -133,17 +131,6 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
         result["baseline_cached"] = result.get("baseline_cached") and case.get("baseline_cached")
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     return result
-
-
-def _hidden_reason(case: dict) -> str:
-    """A hidden case's verdict without its numbers where they could be shapes: an exception's or a
-    wrong result's text ("Expected size 256 but got 224") would publish the hidden configuration.
-    Memory verdicts (ratios, MiB) keep theirs."""
-    reason = case["reason"].rstrip("。？?")
-    if case["category"] in ("exception", "incorrect", "crashed", "oom", "invalid_submission"):
-        reason = re.sub(r"\d+(\.\d+)?\s*[KMG]i?B\b", "…", reason)        # an OOM's card size and request
-        reason = re.sub(r"\d{2,}", "N", reason)
-    return reason
 
 
 def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, timeout: float, memory: int,
@@ -195,10 +182,11 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
     result["baseline_peak_bytes"] = bp.get("peak_bytes")
     result["baseline_step_seconds"] = bp.get("step_seconds")
     kind = get_kind(spec.kind)
+    result["memory"] = feedback.memory_view(spec, scale, bp, sub.payload)     # the report's, never the verdict's
     failed = _child_failed(result, sub, timeout, base) or _hidden_memory(result, spec, kind, base, sub)
     if failed:
-        return failed
-    return _judged(kind, spec, result, bp, sub.payload)
+        return feedback.explain(failed)
+    return feedback.explain(_judged(kind, spec, result, bp, sub.payload))
 
 
 def _grader_failure_zh(e: Exception) -> str:

@@ -55,6 +55,7 @@ def main(argv) -> None:
     result_path = os.path.join(os.path.dirname(job_path), f"result-{rank}.json")
     payload: dict = {"ok": False, "stage": "setup", "violations": [], "losses": [], "error": None}
     state = {"learner": False, "forward_calls": 0, "opt_steps": 0}
+    trace = None                              # memtrace.MemTrace on the simulated device: feedback only
     violations: list[tuple[str, str]] = []
 
     def violate(category: str, detail: str):
@@ -62,6 +63,11 @@ def main(argv) -> None:
             violations.append((category, detail))
 
     def finish():
+        if trace is not None:
+            try:
+                payload["memory"] = trace.summary()
+            except Exception:  # noqa: BLE001 - feedback never costs the result
+                pass
         with open(result_path, "w", encoding="utf-8") as out:
             json.dump(payload, out, ensure_ascii=False)
         sys.stdout.flush()
@@ -178,6 +184,9 @@ def main(argv) -> None:
     h.gen = torch.Generator().manual_seed(int(job["seed"]) + 2)     # the scenarios' own data
     h.tracked = (lambda t: t.untyped_storage()._cdata in live) if sim else (lambda t: t.is_cuda)
     run_scenario = kind.scenario(h)
+    if sim:                                   # before the meter checker: its snapshot includes the hook
+        from .memtrace import MemTrace
+        trace = MemTrace(dev, guards.LEARNER_FILE)
 
     # ---- defence in depth (guards.py); the boundary is the sandbox and the parent's observer ----
     permitted = kind.permissions(settings)
@@ -259,6 +268,9 @@ def main(argv) -> None:
                 "update": [a - b for a, b in zip(fingerprint(h.model.parameters()), before)]}
 
     h.call, h.training_call, h.training_result = call, training_call, training_result
+    if trace is not None:                     # each learner call a segment of the timeline
+        h.call, h.training_call = trace.around(call), trace.around(training_call)
+        trace.source_lines = source.splitlines()
     payload["stage"] = "run"
     try:
         payload.update(run_scenario(fn))

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = bn.chapter_pages()
 # Chapters whose pages still quote pasted figures (issue 29: converted by a later change, then
 # removed from here). strict: a chapter that passes must leave this list.
-NOT_YET_CONVERTED = {f"ch{n:02d}" for n in range(1, 31)}
+NOT_YET_CONVERTED = set("""ch02 ch03 ch04 ch05 ch06 ch07 ch08 ch09 ch10 ch11 ch12 ch13 ch14 ch15 ch16 ch17 ch18
+                           ch19 ch20 ch21 ch22 ch23 ch24 ch25 ch26 ch27 ch28 ch29 ch30""".split())
 
 
 # ---------------------------------------------------------------- a notebook to bind to
@@ -68,9 +69,10 @@ def test_a_malformed_reference_fails_instead_of_showing(docs):
             bn.expand(f"峰值 {bad}\n", "chapters/x.md", docs)
 
 
-def test_fenced_code_shows_the_syntax(docs):
+def test_code_shows_the_syntax(docs):
     md = "```markdown\n[[ch99.missing]]\n<!-- nb-output ch99 tag=nope -->\n```\n"
     assert bn.expand(md, "x.md", docs) == md
+    assert bn.expand("写 `[[ch99.missing]]`，得 [[ch99.peak_mib]]。", "x.md", docs) == "写 `[[ch99.missing]]`，得 7924。"
 
 
 def test_nb_output_includes_the_tagged_cell(docs):

@@ -21,6 +21,7 @@ import transformers
 import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()   # 只看我们自己打印的内容
@@ -74,6 +75,9 @@ for label, dtype in [("FP32", torch.float32), ("纯 BF16", torch.bfloat16)]:
     if now:
         p, g, s = (now[k] / n for k in ("parameters", "gradients", "optimizer_state"))
         print(row(label, f"{p:.2f}", f"{g:.2f}", f"{s:.2f}", f"{p + g + s:.2f}", widths=W1))
+        key = "fp32" if dtype == torch.float32 else "bf16"
+        for part, v in (("param", p), ("grad", g), ("state", s), ("total", p + g + s)):
+            publish(f"{key}_{part}_bpp", v, fmt="{:.2f}")
     else:
         print(f"{label:<16}（GPU 上没有分类；当前已分配 {total / n:.2f} 字节/参数，含少量激活值和 cuBLAS 工作区）")
 
@@ -105,13 +109,15 @@ base = train_step_peak(8, 512)
 print(f"稳态峰值（已分配）：{base.peak_bytes / MiB:,.0f} MiB")
 print(f"第 1 步的峰值：{base.first_step_peak_bytes / MiB:,.0f} MiB（这时 AdamW 状态还不存在）")
 print(f"峰值发生在：{base.peak_where or '（GPU 上不记录）'}")
+publish("peak_mib", base.peak_bytes / MiB, fmt="{:.0f}")
+publish("first_step_peak_mib", base.first_step_peak_bytes / MiB, fmt="{:.0f}")
 
 # %% [markdown]
 # 峰值时刻显存里有什么？模拟设备记录了每块显存是由哪个算子、在哪个阶段创建的，据此分类：`parameters`、`gradients`、`optimizer_state` 是贴了标签的张量，`activations` 是前向传播中创建、峰值时仍然活着的张量（主要是为反向传播保存的激活值），`temporaries` 是反向传播或优化器中创建的临时张量，`cuda_overhead` 是 cuBLAS 工作区。
 #
 # 旁边是 `vramlab.estimate` 的解析估算。它的分类略有不同：把 logits 和损失函数的张量单独列为 `logits_and_loss`（其中 log_softmax 的输出在模拟设备上算作激活值，它的两个梯度算作临时张量）。
 
-# %%
+# %% tags=["breakdown"]
 est = vramlab.estimate(vramlab.Workload(model="gpt2-small", batch=8, seq=512))
 
 W2 = (18, 20, 20)
@@ -128,6 +134,15 @@ print()
 print("estimate 的说明：")
 for key in ("gradients", "logits_and_loss", "peak"):
     print(f"- {key}: {est.notes[key]}")
+for key in ("parameters", "optimizer_state", "activations", "temporaries", "cuda_overhead"):
+    publish(f"sim_{key}_mib", base.breakdown.get(key, 0) / MiB, fmt="{:.0f}")
+for key in ("activations", "logits_and_loss"):
+    publish(f"est_{key}_mib", est.breakdown[key] / MiB, fmt="{:.0f}")
+publish("est_total_mib", est.total_bytes / MiB, fmt="{:.0f}")
+mib = {k: round(base.breakdown.get(k, 0) / MiB) for k in base.breakdown}     # 用四舍五入后的数相加，正文里的算式才对得上
+publish("sim_static_mib", mib["parameters"] + mib["optimizer_state"] + mib["cuda_overhead"])
+publish("sim_act_plus_temp_mib", mib["activations"] + mib["temporaries"])
+publish("est_act_plus_logits_mib", round(est.breakdown["activations"] / MiB) + round(est.breakdown["logits_and_loss"] / MiB))
 
 # %% [markdown]
 # 两点值得注意：
@@ -164,6 +179,9 @@ for b, s, attn, ref in configs:
     results[(b, s, attn)] = m
     mib = m.peak_bytes / MiB
     print(row(b, s, attn, f"{mib:,.0f}", f"{h200[ref]:,}", f"{mib / h200[ref]:.3f}", widths=W3))
+ratios = [results[(b, s, a)].peak_bytes / MiB / h200[ref] for b, s, a, ref in configs if (b, s, a) in results]
+publish("sim_h200_ratio_min", min(ratios), fmt="{:.3f}")
+publish("sim_h200_ratio_max", max(ratios), fmt="{:.3f}")
 
 # %% [markdown]
 # 看相对变化更直观：
@@ -175,12 +193,51 @@ def growth(a, b):
     return "—"
 
 
-for what, a, b in [("批大小 8 → 16（SDPA，序列 512）", (8, 512, "sdpa"), (16, 512, "sdpa")),
-                   ("序列 512 → 1024（SDPA，批大小 8）", (8, 512, "sdpa"), (8, 1024, "sdpa")),
-                   ("序列 512 → 1024（eager，批大小 8）", (8, 512, "eager"), (8, 1024, "eager")),
-                   ("SDPA → eager（序列 512）", (8, 512, "sdpa"), (8, 512, "eager")),
-                   ("SDPA → eager（序列 1024）", (8, 1024, "sdpa"), (8, 1024, "eager"))]:
+for what, a, b, name in [("批大小 8 → 16（SDPA，序列 512）", (8, 512, "sdpa"), (16, 512, "sdpa"), "batch"),
+                         ("序列 512 → 1024（SDPA，批大小 8）", (8, 512, "sdpa"), (8, 1024, "sdpa"), "seq_sdpa"),
+                         ("序列 512 → 1024（eager，批大小 8）", (8, 512, "eager"), (8, 1024, "eager"), "seq_eager"),
+                         ("SDPA → eager（序列 512）", (8, 512, "sdpa"), (8, 512, "eager"), "eager_s512"),
+                         ("SDPA → eager（序列 1024）", (8, 1024, "sdpa"), (8, 1024, "eager"), "eager_s1024")]:
     print(row(what, growth(a, b), widths=(38, 8)))
+    publish(f"sim_growth_{name}", growth(a, b).lstrip("+"))
+
+# %% [markdown]
+# 正文引用的 H200 参考数据（`vramlab/data/h200_gpt2_peaks.md`，同一张表）也从这里发布，连同由它们算出的相对变化，这样正文里的每个数都有同一个来处：
+
+# %%
+ref = {r.name: r for r in reference_rows()}
+
+
+def h200_change(a, b, what="steady_mib"):
+    return getattr(ref[b], what) / getattr(ref[a], what) - 1
+
+
+BASE = "small_fp32_adamw_b8_s512"
+for name in ("b4_s512", "b8_s512", "b16_s512", "b32_s512", "b8_s128", "b8_s1024", "b8_s512_eager",
+             "b8_s1024_eager", "b8_s512_ckpt", "b8_s512_saveoncpu"):
+    publish(f"h200_{name}_mib", ref[f"small_fp32_adamw_{name}"].steady_mib)
+publish("h200_sgdm_mib", ref["small_fp32_sgdm_b8_s512"].steady_mib)
+publish("h200_purebf16_mib", ref["small_purebf16_adamw_b8_s512"].steady_mib)
+publish("h200_first_step_mib", ref[BASE].first_step_mib)
+publish("h200_reserved_mib", ref[BASE].reserved_mib)
+publish("h200_step_ms", ref[BASE].step_ms, fmt="{:.1f}")
+publish("h200_saveoncpu_step_ms", ref["small_fp32_adamw_b8_s512_saveoncpu"].step_ms, fmt="{:.1f}")
+publish("h200_saveoncpu_slowdown", ref["small_fp32_adamw_b8_s512_saveoncpu"].step_ms / ref[BASE].step_ms, fmt="{:.0f}")
+state_mib = ref[BASE].trainable_params * 16 / MiB
+publish("model_state_mib", state_mib, fmt="{:.0f}")
+publish("h200_state_share", state_mib / ref[BASE].steady_mib, fmt="{:.0%}")
+per_sample = (ref["small_fp32_adamw_b32_s512"].steady_mib - ref[BASE].steady_mib) / 24
+publish("h200_per_sample_mib", per_sample, fmt="{:.0f}")
+publish("h200_intercept_mib", ref[BASE].steady_mib - 8 * round(per_sample), fmt="{:.0f}")
+for name, a, b in [("batch", BASE, "small_fp32_adamw_b16_s512"), ("seq_sdpa", BASE, "small_fp32_adamw_b8_s1024"),
+                   ("seq_eager", "small_fp32_adamw_b8_s512_eager", "small_fp32_adamw_b8_s1024_eager"),
+                   ("eager_s512", BASE, "small_fp32_adamw_b8_s512_eager"),
+                   ("eager_s1024", "small_fp32_adamw_b8_s1024", "small_fp32_adamw_b8_s1024_eager"),
+                   ("ckpt", BASE, "small_fp32_adamw_b8_s512_ckpt"), ("purebf16", BASE, "small_purebf16_adamw_b8_s512"),
+                   ("saveoncpu", BASE, "small_fp32_adamw_b8_s512_saveoncpu")]:
+    change = h200_change(a, b)
+    print(row(f"H200：{a} → {b}", f"{change:+.0%}", widths=(80, 8)))
+    publish(f"h200_change_{name}", f"{abs(change):.0%}")
 
 # %% [markdown]
 # ## 4. 画出来：峰值时刻的组成
@@ -226,11 +283,14 @@ with vramlab.open_device("auto") as dev:          # 这里用真实张量（不�
     base_alloc = dev.allocated()
     x = torch.empty(64 * 1024 * 1024, dtype=torch.float32, device=dev.torch_device)   # 256 MiB
     print(f"在显存中创建 x 后：{(dev.allocated() - base_alloc) / MiB:.0f} MiB")
+    publish("created_mib", (dev.allocated() - base_alloc) / MiB, fmt="{:.0f}")
     x_host = dev.to_host(x)
     del x
     print(f"搬到主存、删掉显存中的 x 后：{(dev.allocated() - base_alloc) / MiB:.0f} MiB")
+    publish("moved_out_mib", (dev.allocated() - base_alloc) / MiB, fmt="{:.0f}")
     x = dev.to_device(x_host)
     print(f"再搬回显存后：{(dev.allocated() - base_alloc) / MiB:.0f} MiB")
+    publish("moved_back_mib", (dev.allocated() - base_alloc) / MiB, fmt="{:.0f}")
     del x, x_host
 
 # %% [markdown]

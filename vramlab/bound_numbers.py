@@ -199,9 +199,29 @@ def value(chapter: str, name: str, page: str, docs_dir) -> str:
     return values[name]
 
 
+_CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)")
+
+
+def _code_spans(line: str):
+    """(piece, is_inline_code) over a line."""
+    last = 0
+    for m in _CODE_SPAN.finditer(line):
+        yield line[last:m.start()], False
+        yield m.group(), True
+        last = m.end()
+    yield line[last:], False
+
+
+def _substitute(text: str, page: str, docs_dir) -> str:
+    for bad in REF_LIKE.finditer(text):
+        if not REF.fullmatch(bad.group()):
+            raise BindingError(f"{page}: 无法识别的引用 {bad.group()}（写法：[[chNN.名字]]，名字只含小写字母、数字、下划线）")
+    return REF.sub(lambda r: value(r.group(1), r.group(2), page, docs_dir), text)
+
+
 def expand(markdown: str, page: str, docs_dir=DOCS) -> str:
     """The page with every [[chNN.name]] replaced by its value and every nb-output marker by a
-    ```text block; fenced code is left as written (a page may show the syntax there)."""
+    ```text block; code (fenced or inline) is left as written (a page may show the syntax there)."""
     if "[[" not in markdown and "nb-output" not in markdown:
         return markdown
     lines = markdown.split("\n")
@@ -220,10 +240,8 @@ def expand(markdown: str, page: str, docs_dir=DOCS) -> str:
         if "nb-output" in line and re.match(r"\s*<!--\s*nb-output\b", line):
             raise BindingError(f"{page}: nb-output 标记要独占一行并在同一行里写完（以 --> 结尾）：{line.strip()[:80]}")
         if "[[" in line:
-            for bad in REF_LIKE.finditer(line):
-                if not REF.fullmatch(bad.group()):
-                    raise BindingError(f"{page}: 无法识别的引用 {bad.group()}（写法：[[chNN.名字]]，名字只含小写字母、数字、下划线）")
-            line = REF.sub(lambda r: value(r.group(1), r.group(2), page, docs_dir), line)
+            line = "".join(piece if code else _substitute(piece, page, docs_dir)
+                           for piece, code in _code_spans(line))
         out.append(line)
     return "\n".join(out)
 

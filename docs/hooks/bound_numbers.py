@@ -9,7 +9,8 @@ A tutorial publishes with `from vramlab.tutorials import publish; publish("name"
 and tags a cell with `# %% tags=["breakdown"]` (jupytext); `vramlab tutorials run --only chNN` puts
 both into docs/chapters/chNN-tutorial.ipynb, whose freshness `vramlab tutorials check` guards. So a
 re-run updates the page without a hand edit, and a name or tag the notebook lacks fails the build
-(the message names the page). Inside fenced code nothing is replaced (a page may show the syntax).
+(the message names the page). Inside code, fenced or inline, nothing is replaced (a page may
+show the syntax there).
 
 The logic lives in vramlab/bound_numbers.py, shared with the check that counts figures and output
 lines a chapter shows without taking them from its notebook (tests/test_bound_numbers.py).

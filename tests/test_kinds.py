@@ -136,10 +136,12 @@ def training_payload(losses=(6.0, 5.5, 5.0), update=(1.0, -2.0, 0.5), peak=80 * 
     return p
 
 
-def probe_report(forwards=1, autocast=0, recomputed=0, saved=1000, dtype="torch.float32", steps=3):
-    return {"steps": [{"forwards": forwards, "autocast": autocast, "recomputed": recomputed, "block_saved_bytes": saved}
-                      for _ in range(steps)],
-            "blocks": 6, "autocast_dtypes": ["torch.bfloat16"] if autocast else [],
+def probe_report(passes=(64,), matmuls=16, low=0, recomputed=0, saved=1000, outside=100, open_rows=0,
+                 dtype="torch.float32", steps=3):
+    return {"steps": [{"passes": list(passes), "open_rows": open_rows, "block_matmuls": matmuls,
+                       "block_matmuls_low": low, "recomputed": recomputed, "transitions": len(passes) or 1,
+                       "saved_total": saved, "saved_outside": outside} for _ in range(steps)],
+            "blocks": 6, "autocast_dtypes": ["torch.bfloat16"] if low else [],
             "dtypes": {"parameters": [dtype], "gradients": [dtype], "optimizer_state": [dtype]},
             "final_parameter_dtypes": [dtype]}
 
@@ -151,43 +153,63 @@ def judge(exercise_id, bp, sp):
 
 def test_training_judge_passes_fails_and_refuses_malformed():
     bp = training_payload(peak=100 * 2 ** 20, probe=probe_report())
-    ok = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report(forwards=4)))
+    four = probe_report(passes=(16, 16, 16, 16))
+    ok = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=four))
     assert ok["passed"] and ok["category"] == "ok" and ok["ratio"] == 0.6
-    assert judge("ch05-accumulation", bp, training_payload(peak=90 * 2 ** 20, probe=probe_report(forwards=4)))[
-        "category"] == "too_much_memory"
-    one = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report(forwards=1)))
+    assert judge("ch05-accumulation", bp, training_payload(peak=90 * 2 ** 20, probe=four))["category"] == "too_much_memory"
+    one = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report()))
     assert one["category"] == "technique" and "[1, 1, 1]" in one["reason"]
-    wrong = judge("ch05-accumulation", bp, training_payload(losses=(6.0, 5.0, 4.0), probe=probe_report(forwards=4)))
+    wrong = judge("ch05-accumulation", bp, training_payload(losses=(6.0, 5.0, 4.0), probe=four))
     assert wrong["category"] == "incorrect"
-    below = judge("ch05-accumulation", bp, training_payload(peak=2 ** 20, probe=probe_report(forwards=4)))
+    below = judge("ch05-accumulation", bp, training_payload(peak=2 ** 20, probe=four))
     assert below["category"] == "tamper"
     for forged in [training_payload(peak="big"), training_payload(losses=[0.0] * 200_000), {"ok": True}, [1, 2],
-                   training_payload(probe=probe_report(forwards=4) | {"steps": "many"}),
+                   training_payload(probe=four | {"steps": "many"}),
                    training_payload(update=[{"x": 1}])]:
         r = judge("ch05-accumulation", bp, forged)
         assert r["category"] == "tamper" and "结果文件的格式不对" in r["reason"], r["reason"]
 
 
-def test_checkpoint_technique_needs_recomputation_and_little_saved_in_blocks():
-    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report(saved=15_000_000))
-    ok = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20, probe=probe_report(recomputed=40, saved=0)))
-    assert ok["passed"], ok["reason"]
-    none = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20, probe=probe_report(forwards=2)))
-    assert none["category"] == "technique" and "没有检测到" in none["reason"]
-    fake = judge("ch07-checkpoint", bp,
-                 training_payload(peak=50 * 2 ** 20, probe=probe_report(recomputed=24, saved=15_000_000)))
-    assert fake["category"] == "technique" and "100%" in fake["reason"]
-
-
-def test_autocast_technique_needs_autocast_and_fp32_master_state():
+def test_accumulation_needs_micro_batches_each_forward_then_backward():
     bp = training_payload(peak=100 * 2 ** 20, probe=probe_report())
-    ok = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report(autocast=1)))
+    for passes, open_rows, says in [((60, 4), 0, "94%"),            # one row split off a checkpointed batch
+                                    ((64,), 16, "[1, 1, 1]"),        # a whole-batch pass and an extra forward
+                                    ((16, 16), 0, "只有 32 个"),      # half the batch never trained
+                                    ((16, 16, 16, 16), 64, "100%")]:  # and a whole-batch forward never backpropagated
+        r = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report(passes, open_rows=open_rows)))
+        assert r["category"] == "technique" and says in r["reason"], (passes, r["reason"])
+    uneven = judge("ch05-accumulation", bp, training_payload(peak=60 * 2 ** 20, probe=probe_report((48, 16))))
+    assert uneven["passed"], uneven["reason"]
+
+
+def test_checkpoint_technique_needs_recomputation_and_little_left_by_the_blocks():
+    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report(saved=15_000_000, outside=1_000_000))
+    ok = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20,
+                                                       probe=probe_report(recomputed=40, saved=2_000_000, outside=1_000_000)))
+    assert ok["passed"], ok["reason"]
+    none = judge("ch07-checkpoint", bp, training_payload(peak=50 * 2 ** 20, probe=probe_report((32, 32))))
+    assert none["category"] == "technique" and "没有检测到" in none["reason"]
+    fake = judge("ch07-checkpoint", bp, training_payload(
+        peak=50 * 2 ** 20, probe=probe_report(recomputed=24, saved=15_000_000, outside=1_000_000)))
+    assert fake["category"] == "technique" and "100%" in fake["reason"]
+    # bytes claimed to be outside the blocks count as the blocks' beyond what the starter keeps outside
+    claimed = judge("ch07-checkpoint", bp, training_payload(
+        peak=50 * 2 ** 20, probe=probe_report(recomputed=24, saved=15_000_000, outside=14_000_000)))
+    assert claimed["category"] == "technique" and "100%" in claimed["reason"]
+
+
+def test_autocast_technique_needs_16_bit_block_matmuls_and_fp32_master_state():
+    bp = training_payload(peak=100 * 2 ** 20, probe=probe_report())
+    ok = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report(low=16)))
     assert ok["passed"], ok["reason"]
     pure = judge("ch06-mixed-precision", bp,
-                 training_payload(peak=70 * 2 ** 20, probe=probe_report(autocast=1, dtype="torch.bfloat16")))
+                 training_payload(peak=70 * 2 ** 20, probe=probe_report(low=16, dtype="torch.bfloat16")))
     assert pure["category"] == "technique" and "torch.bfloat16" in pure["reason"] and "float32" in pure["reason"]
     off = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report()))
-    assert off["category"] == "technique" and "autocast" in off["reason"]
+    assert off["category"] == "technique" and "16 位" in off["reason"]
+    # 16-bit matmuls the probe saw, but fewer than one forward of the blocks has: the rest went unseen
+    few = judge("ch06-mixed-precision", bp, training_payload(peak=70 * 2 ** 20, probe=probe_report(matmuls=2, low=2)))
+    assert few["category"] == "technique" and "[16, 16, 16]" in few["reason"]
 
 
 def test_monitor_truths_come_from_the_trusted_run():
@@ -324,10 +346,13 @@ SCALER = '''    if not hasattr(model, "_scaler"):
     return float(loss)'''
 
 
-def run_probe(body: str, steps: int = 2) -> dict:
+def run_probe(body: str, steps: int = 2, expect_violations: tuple[str, ...] = ()) -> dict:
+    """The learner's step `body` trained on a 4-layer GPT-2 on the simulated device, as the grading
+    child runs it: the probe installed before the learner's code, the device's meter underneath."""
     torch = pytest.importorskip("torch")
     import transformers
     from vramlab.models import make_config
+    from vramlab.sim.device import SimDevice
 
     cfg = make_config("tiny", attention="sdpa", dropout=0.0)
     for key, value in {"n_layer": 4, "n_embd": 32, "n_head": 2, "vocab_size": 64}.items():
@@ -335,25 +360,24 @@ def run_probe(body: str, steps: int = 2) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     violations = []
-    h = types.SimpleNamespace(torch=torch, dev=types.SimpleNamespace(type="cpu"),
-                              violate=lambda c, d: violations.append(c))
-    probe = technique.Probe(h, model)
-    namespace: dict = {}
-    exec(compile(STEP.format(body=body), "<submission>", "exec"), namespace)
-    batch = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
-    try:
-        for _ in range(steps):
-            with probe.step():
-                namespace["train_step"](model, optimizer, batch, h.dev)
-        report = probe.report()
-    finally:
-        for _, handle in probe.handles:
-            handle.remove()
-        torch.set_num_threads(threads)
-    assert not violations
+    with SimDevice(timeline=False) as dev:
+        model = transformers.GPT2LMHeadModel(cfg).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        batch = torch.randint(0, cfg.vocab_size, (8, 16), generator=torch.Generator().manual_seed(1))
+        h = types.SimpleNamespace(torch=torch, dev=dev, sim=True, violate=lambda c, d: violations.append(c))
+        probe = technique.Probe(h, model)
+        namespace: dict = {}
+        exec(compile(STEP.format(body=body), "<submission>", "exec"), namespace)
+        try:
+            for _ in range(steps):
+                with probe.step():
+                    namespace["train_step"](model, optimizer, batch, dev)
+            report = probe.report()
+        finally:
+            probe.close()
+            torch.set_num_threads(threads)
+    assert sorted(set(violations)) == sorted(expect_violations), violations
     return report
 
 
@@ -399,3 +423,115 @@ def test_mixed_precision_is_observed(name, body, ok, starter_probe):
 def test_accumulation_counts_model_forwards_per_step(starter_probe):
     assert technique.CHECKS["accumulation"](starter_probe, run_probe(ACCUMULATE)) is None
     assert "[1, 1]" in technique.CHECKS["accumulation"](starter_probe, starter_probe)
+
+
+# ---- the technique where it lives: other correct routes, and forgeries the probe used to believe ----------
+TRUNK_HEAD_ACCUMULATION = '''    total = 0.0
+    for chunk in batch.split(3):
+        hidden = model.transformer(input_ids=chunk).last_hidden_state
+        logits = model.lm_head(hidden)
+        part = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+        part = part * (chunk.shape[0] / batch.shape[0])
+        part.backward()
+        total += part.item()
+    loss = total'''
+BLOCK_LOOP_ACCUMULATION = '''    t = model.transformer
+    total = 0.0
+    for chunk in batch.split(batch.shape[0] // 2):
+        h = t.wte(chunk) + t.wpe(torch.arange(chunk.shape[1]))[None]
+        for block in t.h:
+            out = block(h)
+            h = out[0] if isinstance(out, tuple) else out
+        logits = model.lm_head(t.ln_f(h))
+        part = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)) / 2
+        part.backward()
+        total += part.item()
+    loss = total'''
+TRUNK_AUTOCAST = '''    with torch.autocast(device.type, dtype=torch.bfloat16):
+        hidden = model.transformer(input_ids=batch).last_hidden_state
+    logits = model.lm_head(hidden.float())
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+    loss.backward()'''
+BLOCK_AUTOCAST = '''    for block in model.transformer.h:
+        if not hasattr(block, "_bf16"):
+            block._bf16 = True
+            block.forward = torch.autocast(device.type, dtype=torch.bfloat16)(block.forward)
+''' + PLAIN
+SUBLAYER_CHECKPOINT = '''    for block in model.transformer.h:
+        for sub in (block.attn, block.mlp):
+            if not hasattr(sub, "_plain"):
+                sub._plain = sub.forward
+                sub.forward = lambda *a, _f=sub._plain, **k: checkpoint(_f, *a, use_reentrant=False, **k)
+''' + PLAIN
+SHADOW_HOOKS_FAKE_RECOMPUTE = '''    x = torch.zeros(1, model.config.n_embd)
+
+    def unpack(t):                       # a block module "recomputed" during backward: nothing is
+        model.transformer.h[0].ln_1(x)   # recomputed, every activation stayed saved
+        return t
+    total = 0.0
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        for chunk in batch.split(1):
+            part = model(input_ids=chunk, labels=chunk).loss / batch.shape[0]
+            part.backward()
+            total += part.item()
+    loss = total'''
+TRUNK_HOOK_AUTOCAST_OFF = '''    tr = model.transformer
+    if not hasattr(tr, "_off"):
+        tr._off = tr.register_forward_pre_hook(lambda m, a: torch.set_autocast_enabled(device.type, False))
+        tr.register_forward_hook(lambda m, a, o: torch.set_autocast_enabled(device.type, True))
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()'''
+CHECKPOINT_THEN_EXTRA_FORWARD = HF.format(kwargs='gradient_checkpointing_kwargs={"use_reentrant": False}') + '''
+    with torch.no_grad():
+        model(input_ids=batch[:1])'''
+CHECKPOINT_ONE_ROW_SPLIT = '''    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    total = 0.0
+    for chunk in (batch[:-1], batch[-1:]):
+        part = model(input_ids=chunk, labels=chunk).loss * (chunk.shape[0] / batch.shape[0])
+        part.backward()
+        total += part.item()
+    loss = total'''
+HIDE_FROM_PROBE = '''    probe_mode = torch._C._pop_torch_dispatch_stack(None)    # the probe's mode is on top
+    try:
+        loss = model(input_ids=batch, labels=batch).loss
+    finally:
+        torch._C._push_on_torch_dispatch_stack(probe_mode)
+    loss.backward()'''
+
+
+@pytest.mark.parametrize("technique_name, body", [
+    ("accumulation", TRUNK_HEAD_ACCUMULATION),      # the trunk and the head per micro-batch, own shifted loss
+    ("accumulation", BLOCK_LOOP_ACCUMULATION),      # the blocks called one by one
+    ("autocast", TRUNK_AUTOCAST),                   # bf16 trunk, fp32 head and loss
+    ("autocast", BLOCK_AUTOCAST),                   # autocast as a decorator on each block's forward
+    ("checkpoint", SUBLAYER_CHECKPOINT),            # attention and MLP checkpointed separately
+])
+def test_the_technique_is_seen_at_the_blocks_whatever_calls_them(technique_name, body, starter_probe):
+    assert technique.CHECKS[technique_name](starter_probe, run_probe(body)) is None
+
+
+@pytest.mark.parametrize("technique_name, body, says", [
+    ("checkpoint", SHADOW_HOOKS_FAKE_RECOMPUTE, "仍有起始代码的"),
+    ("autocast", TRUNK_HOOK_AUTOCAST_OFF, "16 位 [0, 0]"),
+    ("accumulation", CHECKPOINT_THEN_EXTRA_FORWARD, "[1, 1]"),
+    ("accumulation", CHECKPOINT_ONE_ROW_SPLIT, "88%"),
+])
+def test_forged_techniques_are_refused(technique_name, body, says, starter_probe):
+    why = technique.CHECKS[technique_name](starter_probe, run_probe(body))
+    assert why and says in why, why
+
+
+def test_work_hidden_from_the_probe_is_tampering(starter_probe):
+    mine = run_probe(HIDE_FROM_PROBE, expect_violations=("tamper",))
+    assert technique.CHECKS["autocast"](starter_probe, mine)        # and nothing it hid counts
+
+
+def test_blocks_bytes_every_other_block_about_half(starter_probe):
+    """The yardstick of the checkpoint check: all blocks checkpointed leave almost nothing, every other
+    block about half, gradient accumulation all of it (summed over its micro-batches)."""
+    share = {name: technique.block_bytes(starter_probe, run_probe(body))[0] / technique.block_bytes(starter_probe, starter_probe)[1]
+             for name, body in [("all", WRAP.format(blocks="model.transformer.h")),
+                                ("every_other", WRAP.format(blocks="list(model.transformer.h)[::2]")),
+                                ("accumulation", ACCUMULATE)]}
+    assert share["all"] < 0.1 and 0.4 < share["every_other"] < 0.55 and share["accumulation"] > 0.95, share

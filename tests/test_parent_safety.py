@@ -366,8 +366,10 @@ def test_autograde_has_a_deadline(tmp_path, quick_deadline, monkeypatch):
 # ---------------------------------------------------------------------------------------------------
 
 HOSTILE = ROOT / "tests" / "hostile"
-E2E = {"result_fifo": "命名管道", "result_symlink_zero": "符号链接", "result_symlink_outside": "符号链接",
-       "result_sparse": "大得不正常", "result_huge": "大得不正常"}
+# the dense huge file is written in the learner's phase, so the written-bytes check (observer.py: wchar
+# + write_bytes, 2 x 20 MiB over a 16 MiB allowance) refuses it before its size is looked at
+E2E = {"result_fifo": ("命名管道",), "result_symlink_zero": ("符号链接",), "result_symlink_outside": ("符号链接",),
+       "result_sparse": ("大得不正常",), "result_huge": ("大得不正常", "多写出了")}
 
 
 @pytest.mark.slow
@@ -381,11 +383,12 @@ def test_hostile_result_files_are_refused_by_the_parent(tmp_path, monkeypatch):
         pytest.skip("the fixtures reach the result file through the sandbox's folder")
     monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("VRAMLAB_WARM_PARK_S", "0")
-    for name, needle in E2E.items():
+    for name, needles in E2E.items():
         t0 = time.monotonic()
         r, _ = _within(300, core.grade_file, "ch05-accumulation", HOSTILE / f"{name}.py", "sim", "ci", 60)
         assert isinstance(r, dict), r
-        assert r["score"] == 0 and r["category"] == "tamper" and needle in r["reason"], (name, r["reason"])
+        assert r["score"] == 0 and r["category"] == "tamper", (name, r["reason"])
+        assert any(n in r["reason"] for n in needles) and _chinese(r["reason"]), (name, r["reason"])
         print(name, f"{time.monotonic() - t0:.1f} s", r["reason"])
 
 

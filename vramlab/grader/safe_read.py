@@ -61,6 +61,13 @@ def kind_zh(mode: int) -> str:
     return next((name for test, name in _KINDS_ZH if test(mode)), "特殊文件")
 
 
+def _too_large_zh(size: int, limit: int) -> str:
+    a, b = fmt_bytes(size), fmt_bytes(limit)
+    if a == b:                          # just over the limit: the rounded sizes would read alike
+        a, b = f"{size:,} 字节", f"{limit:,} 字节"
+    return f"大得不正常（{a}，上限 {b}）"
+
+
 def read(path, limit: int, *, tail: bool = False, follow_symlinks: bool = False) -> bytes:
     """At most `limit` bytes of the regular file at `path`, never blocking.
 
@@ -85,7 +92,7 @@ def read(path, limit: int, *, tail: bool = False, follow_symlinks: bool = False)
         if tail:
             start, want = max(0, st.st_size - limit), limit
         elif st.st_size > limit:
-            raise UnsafeFile(f"大得不正常（{fmt_bytes(st.st_size)}，上限 {fmt_bytes(limit)}）")
+            raise UnsafeFile(_too_large_zh(st.st_size, limit))
         else:
             start, want = 0, limit + 1       # one byte more than allowed: a file that grew is caught
         chunks, got = [], 0

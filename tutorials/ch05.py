@@ -24,6 +24,7 @@ import transformers
 import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
@@ -35,12 +36,22 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 
 def pad(text, width):
     """按显示宽度左对齐（一个汉字占两格），让中文表格的列对得齐。"""
     shown = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
     return text + " " * max(width - shown, 0)
+
+
+def tex(x, digits=2):
+    """正文公式里的写法：够大的数照常写（digits 位有效数字），很小的写成 a × 10^n。"""
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{mantissa} \\times 10^{{{int(exponent)}}}"
 
 # %% [markdown]
 # ## 1. 一次更新 16 个样本：直接算 vs. 累积
@@ -49,7 +60,7 @@ def pad(text, width):
 #
 # 测量方法与 H200 参考表相同：第 1 步热身（AdamW 在第一次 `step()` 时才创建状态），重置峰值，再测 1 步，读**稳态已分配峰值**（`max_allocated`）。AdamW 显式用 `foreach=True`，与 GPU 上的默认实现一致。
 
-# %%
+# %% tags=["micro"]
 MODEL, B, T = "tiny", 16, 128
 
 
@@ -94,6 +105,8 @@ for micro, m in runs.items():
     name = "直接算" if micro == B else f"累积 {B // micro} × {micro}"
     print(pad(name, 14) + pad(str(micro), 10) + pad(str(B // micro), 10)
           + pad(f"{m.peak_bytes / MiB:.1f}", 16) + f"{m.peak_bytes / base:.0%}")
+    publish(f"tiny_peak_{micro}_mib", m.peak_bytes / MiB, fmt="{:.1f}")
+    publish(f"tiny_peak_{micro}_share", m.peak_bytes / base, fmt="{:.0%}")
 
 # %% [markdown]
 # 峰值随微批次变小而下降，但不是按比例下降：4 × 4 只用了四分之一的激活值，峰值却不是直接算的四分之一。原因要看峰值时刻的组成。
@@ -116,8 +129,14 @@ def max_abs_diff(a, b):
 ref = grads_of(16)
 ref_max = max(g.abs().max().item() for g in ref.values())
 print(f"直接算的梯度，最大绝对值 {ref_max:.3e}")
+publish("grad_max_abs", tex(ref_max))
+diffs = {}
 for micro in (8, 4):
-    print(f"累积 {B // micro} × {micro} 与直接算：梯度最大绝对差 {max_abs_diff(ref, grads_of(micro)):.3e}")
+    diffs[micro] = max_abs_diff(ref, grads_of(micro))
+    print(f"累积 {B // micro} × {micro} 与直接算：梯度最大绝对差 {diffs[micro]:.3e}")
+    publish(f"grad_diff_{micro}", tex(diffs[micro], 4))
+publish("grad_diff_max", tex(max(diffs.values()), 4))
+publish("grad_diff_max_short", tex(max(diffs.values())))
 
 # %% [markdown]
 # 差值在 FP32 的舍入误差量级（加法顺序不同），梯度是同一个梯度。
@@ -126,7 +145,7 @@ for micro in (8, 4):
 #
 # 模拟设备能告诉我们峰值那一刻每个字节属于哪一类（真 GPU 上的分配器不知道张量的用途，这张表只在模拟设备上有）。把参数、梯度、优化器状态和 cuBLAS 工作区（`cuda_overhead`：前向、反向各 32 MiB）算作“静态部分”，激活值和临时张量算作“随微批次变化的部分”：
 
-# %%
+# %% tags=["breakdown"]
 STATIC = ("parameters", "gradients", "optimizer_state", "cuda_overhead")
 DYNAMIC = ("activations", "temporaries")
 if runs[16].breakdown:
@@ -142,7 +161,12 @@ if runs[16].breakdown:
     for micro in (8, 4):
         d = sum(runs[micro].breakdown[k] for k in DYNAMIC)
         print(f"\n微批次 {micro}：动态部分是直接算的 {d / d16:.1%}（微批次占比 {micro / B:.0%}）", end="")
+        publish(f"dynamic_share_{micro}", d / d16, fmt="{:.1%}")
     print()
+    static4 = sum(runs[4].breakdown[k] for k in STATIC)
+    publish("static_4_mib", static4 / MiB, fmt="{:.1f}")
+    publish("static_4_share", static4 / runs[16].peak_bytes, fmt="{:.0%}")
+    publish("cublas_each_mib", runs[16].breakdown["cuda_overhead"] / 2 / MiB, fmt="{:.0f}")
 else:
     print("真 GPU 上没有按类别的分解；见正文里模拟设备的结果。")
 
@@ -189,7 +213,7 @@ plt.show()
 #
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`，PyTorch 2.11.0+cu130）里有三行正好回答“累积值不值”：批大小 8 直接算、批大小 32 直接算、4 个微批次 × 8 累积（等效批大小 32）。同样的三种做法在本机上再测一遍：模拟设备上用 FakeTensorMode，有 GPU 时在真卡上测。
 
-# %%
+# %% tags=["gpt2"]
 def gpt2_small_peak(batch, micro, seq=512):
     with vramlab.open_device("auto", fake=FAKE) as dev:
         model = build_model("gpt2-small", device=dev.torch_device)
@@ -206,7 +230,12 @@ def gpt2_small_peak(batch, micro, seq=512):
         return measure_steps(step, dev, warmup=1, steps=1)
 
 
-H200 = {(8, 8): 7925, (32, 32): 27158, (32, 8): 8402}     # MiB，稳态 max_memory_allocated
+from vramlab.reference import reference_rows
+
+REF = {r.name: r for r in reference_rows()}      # H200 参考表（vramlab/data/h200_gpt2_peaks.md）
+ROWS = {(8, 8): "small_fp32_adamw_b8_s512", (16, 16): "small_fp32_adamw_b16_s512",
+        (32, 32): "small_fp32_adamw_b32_s512", (32, 8): "small_fp32_adamw_b8x4accum_s512"}
+H200 = {k: REF[ROWS[k]].steady_mib for k in ((8, 8), (32, 32), (32, 8))}     # MiB，稳态 max_memory_allocated
 print("GPT-2 small，FP32 + AdamW，序列长度 512，稳态已分配峰值\n")
 print(pad("配置", 26) + pad("本机 MiB", 12) + pad("H200 实测 MiB", 16) + "偏差")
 small = {}
@@ -219,13 +248,48 @@ for (batch, micro), h in H200.items():
         continue
     small[(batch, micro)] = m
     print(pad(name, 26) + pad(f"{m.peak_bytes / MiB:.0f}", 12) + pad(str(h), 16) + f"{m.peak_bytes / MiB / h - 1:+.1%}")
+if small:
+    publish("small_max_deviation", max(abs(m.peak_bytes / MiB / H200[k] - 1) for k, m in small.items()), fmt="{:.2%}")
 
 n_small = count_params("gpt2-small")
 print(f"\nGPT-2 small 的 FP32 梯度：{n_small:,} × 4 字节 = {n_small * 4 / MiB:.1f} MiB")
+publish("small_grad_mib", n_small * 4 / MiB, fmt="{:.1f}")
 if (8, 8) in small and (32, 8) in small:
     print(f"累积 4×8 比批大小 8 直接算多出：{(small[(32, 8)].peak_bytes - small[(8, 8)].peak_bytes) / MiB:.0f} MiB")
+    publish("small_accum_extra_mib", (small[(32, 8)].peak_bytes - small[(8, 8)].peak_bytes) / MiB, fmt="{:.0f}")
 if (32, 8) in small and small[(32, 8)].breakdown:
     print(f"累积 4×8 峰值时刻的梯度：{small[(32, 8)].breakdown['gradients'] / MiB:.0f} MiB")
+    publish("small_accum_grad_mib", small[(32, 8)].breakdown["gradients"] / MiB, fmt="{:.0f}")
+
+# %% [markdown]
+# 正文引用的 H200 参考数据（同一张表）和由它们算出的数也从这里发布，正文里的每个数都有同一个来处：
+
+# %%
+h = {k: REF[v] for k, v in ROWS.items()}
+for (batch, micro), r in h.items():
+    key = f"b{batch}" if batch == micro else "accum"
+    publish(f"h200_{key}_mib", r.steady_mib)
+    publish(f"h200_{key}_ms", r.step_ms, fmt="{:.1f}")
+accum, b8, b16, b32 = h[(32, 8)], h[(8, 8)], h[(16, 16)], h[(32, 32)]
+publish("h200_accum_vs_b32", accum.steady_mib / b32.steady_mib, fmt="{:.1%}")
+publish("h200_accum_extra_mib", accum.steady_mib - b8.steady_mib)
+publish("h200_accum_slower", accum.step_ms / b32.step_ms - 1, fmt="{:.1%}")
+publish("h200_4x_b8_ms", 4 * b8.step_ms, fmt="{:.0f}")
+publish("h200_ms_per_sample_b8", b8.step_ms / 8, fmt="{:.1f}")
+publish("h200_ms_per_sample_b32", b32.step_ms / 32, fmt="{:.1f}")
+diff = b32.steady_mib - b8.steady_mib
+per_sample = round(diff / 24)
+static = accum.steady_mib - 8 * per_sample
+publish("h200_b8_b32_diff_mib", diff)
+publish("h200_per_sample_mib", per_sample)
+publish("h200_accum_static_mib", static)
+b_max = (16384 - 1024 - static) // per_sample            # 正文的例子：16 GiB 的卡，留 1 GiB 余量
+publish("example_b_max", b_max)
+publish("example_k", -(-32 // b_max))
+publish("example_peak_mib", static + b_max * per_sample)
+publish("h200_b16_plus_grad_mib", b16.steady_mib + accum.steady_mib - b8.steady_mib)
+print(f"H200：累积 4×8 {accum.steady_mib} MiB / 批大小 32 {b32.steady_mib} MiB = {accum.steady_mib / b32.steady_mib:.1%}；"
+      f"每个样本约 {per_sample} MiB，静态部分约 {static} MiB，16 GiB 的卡上 b_max = {b_max}")
 
 # %% [markdown]
 # 等效批大小 32 的一次更新，累积 4 × 8 的峰值只比批大小 8 直接算高出一份梯度，而离批大小 32 直接算差得很远。这正是上一节的公式：静态部分（参数 + 梯度 + AdamW 状态）不变，激活值只看微批次。
@@ -277,9 +341,11 @@ def rel_err(a, b):
 g_full = lm_grads(full)
 tokens = [int((c[:, 1:] != -100).sum()) for c in labels.split(2)]
 print("4 个微批次（每个 2 条序列）的有效 token 数：", tokens, "，合计", n_items)
-for name, fn in [("平均损失 ÷ 累积步数", naive), ("按 token 加权（num_items_in_batch）", token_weighted)]:
+publish("tokens", "、".join(map(str, tokens)))
+for name, fn, key in [("平均损失 ÷ 累积步数", naive, "naive"), ("按 token 加权（num_items_in_batch）", token_weighted, "weighted")]:
     g = lm_grads(fn)
     print(pad(name, 38) + f"最大绝对差 {max_abs_diff(g_full, g):.2e}   相对误差 {rel_err(g_full, g):.2e}")
+    publish(f"loss_scale_err_{key}", tex(rel_err(g_full, g), 3))
 
 # %% [markdown]
 # “平均损失 ÷ 累积步数”的梯度与整批差了一个可观的比例；按 token 加权后回到舍入误差。每个微批次 token 数相同（例如第 1 节、评分练习里没有 padding 的定长序列）时，两种写法等价。
@@ -304,8 +370,12 @@ def params_after(micro, clip):
 
 p_ref = params_after(16, "累积完成后一次")
 print(f"整批梯度范数 {params_after.norm:.3f} > max_norm 0.05，裁剪生效")
-for clip in ("累积完成后一次", "每个微批次后"):
-    print(pad(f"累积 4 × 4，裁剪放在{clip}：", 40) + f"与“直接算 + 裁剪”的参数最大差 {max_abs_diff(p_ref, params_after(4, clip)):.2e}")
+publish("clip_norm", params_after.norm, fmt="{:.3f}")
+for clip, key in (("累积完成后一次", "once"), ("每个微批次后", "each")):
+    d = max_abs_diff(p_ref, params_after(4, clip))
+    print(pad(f"累积 4 × 4，裁剪放在{clip}：", 40) + f"与“直接算 + 裁剪”的参数最大差 {d:.2e}")
+    publish(f"clip_diff_{key}", tex(d, 3))
+    publish(f"clip_diff_{key}_short", tex(d))
 
 # %% [markdown]
 # ## 5. 批归一化：统计量只看得到一个微批次
@@ -354,10 +424,14 @@ for norm in ("BatchNorm1d", "GroupNorm(8)", "LayerNorm", "BN 冻结统计量"):
         if norm == "BatchNorm1d":
             bn_stats[micro] = (rm - ref_rm).abs().max().item()
     print(pad(norm, 18) + "".join(pad(f"{e:.2e}", 14) for e in row))
+    key = {"BatchNorm1d": "bn", "GroupNorm(8)": "gn", "LayerNorm": "ln", "BN 冻结统计量": "bn_frozen"}[norm]
+    for micro, e in zip((8, 4, 2), row):
+        publish(f"norm_err_{key}_{16 // micro}x{micro}", tex(e, 3 if key == "bn" else 2))
 
 print("\nBatchNorm1d 第一层的 running_mean：累积一次更新后与整批的最大差")
 for micro, d in bn_stats.items():
     print(f"  {16 // micro} × {micro}：{d:.3e}（running_mean 被更新了 {16 // micro} 次，而不是 1 次）")
+    publish(f"running_mean_diff_{16 // micro}x{micro}", d, fmt="{:.3f}")
 
 # %% [markdown]
 # 读这张表：
@@ -456,6 +530,10 @@ print("每次更新的平均损失（整批）:", [f"{x:.6f}" for x in loss_full
 print(f"两次更新后参数的最大差：{max_abs_diff(p_full, p_acc):.2e}")
 print("10 个微批次、accumulation_steps = 4 时的窗口大小：",
       [len(w) for w in accumulation_windows(range(10), 4)])
+publish("template_losses_acc", " 和 ".join(f"{x:.6f}" for x in loss_acc))
+publish("template_losses_full", " 和 ".join(f"{x:.6f}" for x in loss_full))
+publish("template_param_diff", tex(max_abs_diff(p_full, p_acc), 3))
+publish("template_windows", "、".join(str(len(w)) for w in accumulation_windows(range(10), 4)))
 
 # %% [markdown]
 # 两条路径给出同样的损失和同样的参数（差在舍入误差量级）。最后一行说明 epoch 末尾不满一组时的处理：10 个微批次分成 4、4、2 三组，更新 3 次；因为分母是这一组实际的 token 数，最后那组不会被放大。

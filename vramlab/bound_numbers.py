@@ -22,7 +22,8 @@ Markdown source and counts, per chapter:
 - unbound figures: numbers with a measuring unit (MiB, GiB, GB, ms, s, %, ×, 倍, GB/s, …) or a
   loss ("损失 3.21") in prose that are none of: bound ([[…]]); inside math or code; in a sentence
   that cites (a footnote [^…] or an external link); computed by hand (right after "=" or "≈",
-  or in a clause that ends with "（算术…）", the style guide's marker); listed in
+  or in a clause that ends with "（算术…）", the style guide's marker, or inside a parenthesis
+  that says 算术); listed in
   docs/hooks/unbound_figures.yml with a reason.
 
 Not imported by tutorials (its changes make no notebook stale).
@@ -304,6 +305,7 @@ def prose(markdown: str) -> str:
 _SENTENCE_END = re.compile(r"[。！？]|\n|(?<=[.!?])\s")
 _BY_HAND_BEFORE = re.compile(r"(?:[=≈]|约等于|等于)\s*(?:约\s*)?$")
 BY_HAND_MARK = re.compile(r"[（(]\s*算术")
+BY_HAND_NOTE = re.compile(r"[（(][^（）()]*算术[^（）()]*[）)]")
 _CLAUSE_BREAK = re.compile(r"[，；：,;]")
 
 
@@ -347,10 +349,14 @@ def unbound_figures(markdown: str, page: str = "", allowlist: list[dict] | None 
         if CITE in sentence:
             continue
         marks = [m.start() for m in BY_HAND_MARK.finditer(sentence)]
+        notes = [m.span() for m in BY_HAND_NOTE.finditer(sentence)]
         for m in FIGURE.finditer(sentence):
             figure = " ".join(m.group().split())
-            # "（算术）" covers the figures of its own clause, before it
+            # "（算术）" covers the figures of its own clause, before it, and a parenthesis that
+            # says "算术" the figures inside it
             if any(m.start() < mark and not _CLAUSE_BREAK.search(sentence, m.end(), mark) for mark in marks):
+                continue
+            if any(a < m.start() and m.end() < b for a, b in notes):
                 continue
             if _BY_HAND_BEFORE.search(sentence[:m.start()]):
                 continue

@@ -111,8 +111,9 @@ def memory_view(spec, scale: str, bp, sp) -> dict | None:
     if starter is None and mine is None:
         return None
     sc = getattr(spec, scale)
+    card = any(getattr(sc.settings, k, None) for k in ("learner_budget_mib", "budget_mib"))
     return {"kind": spec.kind, "warmup": int(sc.warmup) if spec.kind in ("train_step", "distill_step") else 0,
-            "unit": "bytes", "starter": run_view(starter) if starter else None, "mine": run_view(mine) if mine else None}
+            "card": bool(card), "unit": "bytes", "starter": run_view(starter) if starter else None, "mine": run_view(mine) if mine else None}
 
 
 def normalised(view: dict | None) -> dict | None:
@@ -294,6 +295,9 @@ def step_lines(view: dict) -> list[str]:
     runs = [(name, view.get(key)) for name, key in (("起始代码", "starter"), ("你的", "mine"))]
     multi = [(n, r) for n, r in runs if r and (len(r["step_ends"]) >= 2 or r.get("oom"))]
     if not multi or kind not in ("train_step", "distill_step", "finetune"):
+        return lines
+    # the leak and OOM exercises (a card), or any run that grew or overflowed: elsewhere a flat line says nothing
+    if not view.get("card") and not any(r.get("oom") or (growth(r, unit) or {}).get("leaks") for _, r in multi):
         return lines
     lines.append("  每步结束时的已分配显存" + ("（占起始代码峰值的比例）" if unit != "bytes" else "") + "：")
     for name, r in multi:

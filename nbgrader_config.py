@@ -121,3 +121,21 @@ c.TrustedRegrade.sandbox = "require"        # "auto" only together with require_
 # generate_feedback renders the autograded notebook to HTML: the Chinese messages that check() prints
 # (ratio, peak, hints) appear under the graded cell. Note: nbgrader 0.9 shows the graded cell as it
 # was executed, hidden tests included, in the feedback (after the deadline that is fine).
+
+
+# --- what nbgrader gets wrong for this course (vramlab/grader/nbplugins.py) ---------------------------
+# `nbgrader export` writes only the assignments that were handed in (or those named with --assignment),
+# not a 0 for each of the 33 exercises generate_assignment put in the gradebook.
+from vramlab.grader.nbplugins import AssignedCsvExport, RestoreHiddenTests  # noqa: E402
+
+c.ExportApp.plugin_class = AssignedCsvExport
+# Autograde: nbgrader's checksum of a locked cell is taken before the hidden tests are removed, so an
+# untouched submission used to warn "Attribute 'checksum' ... has changed!" (jupyter/nbgrader#1961);
+# RestoreHiddenTests restores the hidden tests like nbgrader and keeps the warning for changed cells only.
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    RestoreHiddenTests,
+    "nbgrader.preprocessors.CheckCellMetadata",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from vramlab.grader import grade_source
 from vramlab.grader.core import notebook_source
 
 pytestmark = pytest.mark.slow       # starts processes: the full tier (make test), not make check
+ROOT = Path(__file__).resolve().parent.parent
 
 IDS = list(EXERCISES)
 # training kinds whose starter runs to the end and is judged too big (ch21's and ch30's overflow
@@ -39,9 +41,11 @@ def test_registry_shape():
                           "int8_linear"},
                  "distill_step": {"distill_step"}, "finetune": {"prepare_model"}}
     assert sorted({s.chapter for s in EXERCISES.values()}) == list(range(1, 31))      # one per chapter, 1-30
-    for item in list_exercises():
+    for item, full in zip(list_exercises(), list_exercises(instructor=True)):
         assert item["notebook"] == f"exercises/{item['id']}/{item['id']}.ipynb"
-        assert item["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"
+        assert "solution" not in item and "spec" not in item          # learners are not pointed at answers
+        assert full["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"
+        assert (ROOT / full["spec"]).is_file() and "SOLUTION" in (ROOT / full["spec"]).read_text(encoding="utf-8")
         assert item["points"] > 0 and item["function"] in functions[item["kind"]]
         assert 0 < item["target_ratio"] < 1 or (item["kind"] == "max_batch" and item["target_ratio"] == 1.0)
     with pytest.raises(KeyError, match="未知练习"):

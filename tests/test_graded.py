@@ -125,3 +125,15 @@ def test_recomputed_activations_are_activations():
         dev.tracker._release = release
         model.lm_head(model.transformer.ln_f(x)).float().logsumexp(-1).mean().backward()
     assert kinds.get("activations", 0) > 2 ** 20 and set(kinds) == {"activations"}, kinds
+
+
+def test_the_exercise_list_points_learners_at_notebooks_not_answers(capsys):
+    from vramlab.cli import main
+
+    assert main(["exercises"]) == 0
+    out = capsys.readouterr().out
+    assert "exercises/ch07-checkpoint/ch07-checkpoint.ipynb" in out
+    assert "solutions/" not in out and "vramlab/exercises/" not in out and "参考答案" not in out
+    assert main(["exercises", "--instructor"]) == 0
+    out = capsys.readouterr().out
+    assert "solutions/ch07-checkpoint/ch07-checkpoint.ipynb" in out and "vramlab/exercises/ch07_checkpoint.py" in out

@@ -43,13 +43,18 @@ def solution_path(exercise_id: str) -> str:
     return f"solutions/{exercise_id}/{exercise_id}.ipynb"
 
 
-def list_exercises() -> list[dict]:
-    return [
-        {"id": s.id, "chapter": s.chapter, "kind": s.kind, "title": s.title, "function": s.function,
-         "signature": s.signature, "target_ratio": s.target_ratio, "points": s.points,
-         "notebook": notebook_path(s.id), "solution": solution_path(s.id)}
-        for s in EXERCISES.values()
-    ]
+def list_exercises(instructor: bool = False) -> list[dict]:
+    """What a learner needs to start each exercise; `instructor=True` adds where its reference
+    solution is (the nbgrader source notebook and the spec module holding SOLUTION)."""
+    items = []
+    for s in EXERCISES.values():
+        item = {"id": s.id, "chapter": s.chapter, "kind": s.kind, "title": s.title, "function": s.function,
+                "signature": s.signature, "target_ratio": s.target_ratio, "points": s.points,
+                "notebook": notebook_path(s.id)}
+        if instructor:
+            item.update(solution=solution_path(s.id), spec=f"vramlab/exercises/{s.id.replace('-', '_')}.py")
+        items.append(item)
+    return items
 
 
 __all__ = ["EXERCISES", "ExerciseSpec", "Scale", "get_exercise", "list_exercises", "notebook_path",

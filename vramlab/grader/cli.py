@@ -19,15 +19,17 @@ from pathlib import Path
 def cmd_exercises(args):
     from ..exercises import list_exercises
 
-    items = list_exercises()
+    items = list_exercises(instructor=args.instructor)
     if args.json:
         print(json.dumps(items, ensure_ascii=False))
         return 0
-    print("练习列表：")
+    print("练习列表（教师视图）：" if args.instructor else "练习列表：")
     for it in items:
         print(f"  {it['id']:<22} 第 {it['chapter']} 章  {it['title']}")
         print(f"  {'':<22} 函数 {it['function']}，目标峰值 ≤ 起始代码的 {it['target_ratio']:.2f} 倍，{it['points']} 分")
-        print(f"  {'':<22} 练习 {it['notebook']}   参考答案 {it['solution']}")
+        print(f"  {'':<22} 练习 {it['notebook']}")
+        if args.instructor:
+            print(f"  {'':<22} 参考答案 {it['solution']}（nbgrader 源 notebook），规格 {it['spec']}")
     return 0
 
 
@@ -159,6 +161,7 @@ def add_commands(sub):
 
     e = sub.add_parser("exercises", help="列出评分练习（编号、函数、目标、分值、notebook 路径）")
     e.add_argument("--json", action="store_true", help="输出 JSON")
+    e.add_argument("--instructor", action="store_true", help="教师：同时列出每道练习参考答案所在的文件")
     e.set_defaults(func=cmd_exercises)
     g = sub.add_parser("grade", help="评分：在操作系统沙箱里运行提交的函数，对比起始代码的峰值显存与结果")
     g.add_argument("exercise", help="练习编号，例如 ch05-accumulation（见 vramlab exercises）")

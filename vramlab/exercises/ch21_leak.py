@@ -10,7 +10,15 @@ loss" pattern: the log-softmax and its exp, 2 x B x S x V floats, stay saved for
 never comes), and a forward hook on every MLP activation appends `output.abs().mean()` with its
 graph (the GELU output, B x S x 4d floats per layer per step). At the visible scale (vocab 8192)
 the entropy leak dominates `top_allocations`; the hidden case has a small vocabulary, more tokens
-and a card with room for the fixed step only, so fixing the biggest symptom alone overflows there.
+and more steps, so fixing the biggest symptom alone overflows there.
+
+The cards leave an honest fix room for ordinary Python locals (issue 33: a fix that kept `logp`
+alive during backward() overflowed the old 108 MiB hidden card and scored 0). They are sized from
+the reserved peaks (what a card must hold: the caching allocator's segments, not just live bytes)
+of the honest fixes in tests/alternatives/ch21-leak, measured with `vramlab.exercise_setup` and
+no card: a logits-sized local alive through backward() costs a 20 MiB allocator segment more than
+the reference (a 2 MiB request takes a new 20 MiB segment when no cached block fits). Each card
+is that largest honest reserved peak plus room, and below what the leaks need (TARGET_NOTE).
 """
 from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale, Variation
@@ -81,13 +89,18 @@ def _monitor(model):
     return model._monitor
 '''
 
-TARGET_NOTE = ("Measured on the sim at ci scale (torch 2.13.0+cpu, 2026-12-02; /tmp script over the same model and "
-               "`python -m vramlab grade`): visible (2 layers, d 256, vocab 8192, batch 4 x 128, 5 steps, 192 MiB card): "
-               "the starter's allocated memory after each step grows by 36 MiB (entropy sum 32, hook 4) and it overflows "
-               "at step 2; the reference 0.49x (steady peak 153.1 MiB, 43.6 MiB after every step); the detach()/float() "
-               "alternative 0.49x; fixing the entropy sum only passes the visible case (peak 169.6 MiB at step 5); "
-               "fixing the hook only overflows at step 2. Hidden (vocab 512, batch 8, 108 MiB card): the reference "
-               "0.62x (peak 91.7 MiB), the entropy-only fix overflows at step 2 (hook leak 8 MiB/step). Target 0.8x.")
+TARGET_NOTE = ("Measured on the sim at ci scale (torch 2.13.0+cpu, 2026-12-05; vramlab.exercise_setup(id, _hidden=i) "
+               "with the card removed, per-step max allocated / max reserved; then `vramlab grade` per file): visible "
+               "(2 layers, d 256, vocab 8192, batch 4 x 128, 5 steps): the starter grows 36 MiB per step (entropy sum 32, "
+               "hook 4); honest fixes peak at 137-169 MiB allocated and reserve at most 186 MiB (Categorical / probs + "
+               "logp locals alive through backward; the reference 153.1 / 170); the hook-only fix reserves 218 MiB at "
+               "step 2. Card 200 MiB: 14 MiB over the largest honest reservation, the leaks overflow it at step 2. Hidden "
+               "(vocab 512, batch 8, 8 steps): honest fixes peak at 91.7-95.7 MiB and reserve at most 120 MiB (a "
+               "logits-sized local alive through backward: one 20 MiB segment over the reference's 100); the entropy-"
+               "only fix (hook leak, 8 MiB per step) reserves 140 MiB by step 4 and allocates 143.7 MiB at step 7. Card "
+               "136 MiB: 16 MiB (13%) over the largest honest reservation; graded, the entropy-only fix overflows at "
+               "step 4. Ratios (visible / hidden, target 0.8): reference 0.49 / 0.50, logp alive 0.49 / 0.51, "
+               "Categorical 0.54 / 0.52, probs + logp 0.54 / 0.52, detached tensor sums 0.44 / 0.50.")
 
 SPEC = ExerciseSpec(
     id="ch21-leak",
@@ -105,12 +118,12 @@ SPEC = ExerciseSpec(
     starter=STARTER,
     solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=5, warmup=1,
-             settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=192,
+             settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=200,
                                           config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}),
              hidden=(Variation(catches="a fix of the biggest leak only (the entropy sum, which dominates "
-                                       "top_allocations at vocab 8192): with a small vocabulary and more tokens the "
-                                       "hook's leak is the bigger one and overflows a card sized for the fixed step",
-                               batch=8, config={"vocab_size": 512}, settings={"learner_budget_mib": 108}),)),
+                                       "top_allocations at vocab 8192): with a small vocabulary, more tokens and more "
+                                       "steps the hook's leak is the bigger one and overflows the card",
+                               batch=8, steps=8, config={"vocab_size": 512}, settings={"learner_budget_mib": 136}),)),
     gpu=Scale(model="gpt2-small", batch=8, seq=512, steps=5, warmup=1,
               settings=train_step.Settings(learner_budget_mib=9216)),
     target_ratio=0.8,

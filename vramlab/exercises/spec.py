@@ -18,12 +18,13 @@ class Variation:
     batch: int | None = None
     seq: int | None = None
     seed: int | None = None
+    steps: int | None = None       # more calls: a leak has more steps to grow (ch21)
     config: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
 
     def changes_zh(self) -> str:
         """Which dimensions differ, without their values (the feedback names no hidden number)."""
-        names = [zh for attr, zh in (("batch", "批大小"), ("seq", "序列长度"), ("seed", "随机种子"))
+        names = [zh for attr, zh in (("batch", "批大小"), ("seq", "序列长度"), ("seed", "随机种子"), ("steps", "步数"))
                  if getattr(self, attr) is not None]
         names += [_KNOB_ZH.get(k, k) for k in (*self.config, *self.settings)]
         return "、".join(dict.fromkeys(names)) or "配置"
@@ -58,7 +59,7 @@ class Scale:
         if v.config or v.settings:
             config = {**getattr(settings, "config", {}), **v.config}
             settings = replace(settings, **v.settings, **({"config": config} if v.config else {}))
-        return replace(self, batch=v.batch or self.batch, seq=v.seq or self.seq,
+        return replace(self, batch=v.batch or self.batch, seq=v.seq or self.seq, steps=v.steps or self.steps,
                        seed=self.seed if v.seed is None else v.seed, settings=settings, hidden=())
 
 

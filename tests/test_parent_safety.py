@@ -425,7 +425,7 @@ def test_a_hanging_submission_in_a_batch_of_five(tmp_path):
     env.pop("XDG_RUNTIME_DIR", None)
     env.pop("WORKERS", None)
     proc = subprocess.Popen([sys.executable, "-m", "vramlab.batch", "--no-sandbox", "--workers", "2",
-                             "--deadline", "150", "--csv", str(out_csv), *paths],
+                             "--deadline", "120", "--csv", str(out_csv), *paths],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     seen: set[int] = set()

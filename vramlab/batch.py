@@ -490,7 +490,8 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                 killed: dict[int, float] = {}                      # job -> seconds it ran when its worker was killed
                 while pending and not caught:
                     done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    announce = getattr(pool, "announce", None) if executor is None else None
+                    # drained for a pool passed in too (bench.py passes one of _start_pool's): a full pipe would block its workers
+                    announce = getattr(executor or pool, "announce", None)
                     while announce is not None and not announce.empty():
                         i, pid = announce.get()
                         running[i] = (pid, time.monotonic())
@@ -506,7 +507,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                         else:
                             record(i, _result(fut, jobs[i]))
                     now = time.monotonic()
-                    for i, (pid, since) in running.items():
+                    for i, (pid, since) in running.items() if executor is None else ():    # not a pool we did not make
                         if rows[i] is None and i not in killed and now - since > hard[i]:
                             _kill_worker(pid)       # the pool breaks: its other jobs come back as BrokenProcessPool
                             killed[i] = now - since

@@ -30,8 +30,8 @@ def test_reader_after_writer_in_the_same_slot_gets_its_cold_verdict():
     after_writer = grade_file("ch05-accumulation", HERE / "reader.py", timeout_s=120)
     assert (alone["score"], alone["category"]) == (after_writer["score"], after_writer["category"]), \
         (alone["reason"], after_writer["reason"])
-    assert alone["score"] == 0 and alone["category"] == "too_much_memory", alone["reason"]
-    assert writer["category"] in ("too_much_memory", "ok"), writer["reason"]
+    assert alone["score"] == 0, alone["reason"]             # the starter's way: fails on its own
+    assert writer["score"] == 0, writer["reason"]
     slots.close_all()
     slots.end_parked()
     assert _shmem() <= before + 16 * 2 ** 20, "shared memory left on the host after the gradings"

@@ -39,6 +39,7 @@ import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
 from vramlab.runner import build_training
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import from_reference_name
 
@@ -50,6 +51,8 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 
 def pad(text, width):
@@ -58,12 +61,20 @@ def pad(text, width):
     shown = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
     return text + " " * max(width - shown, 0)
 
+
+def tex(x, digits=2):
+    """正文公式里的写法：够大的数照常写（digits 位有效数字），很小的写成 a × 10^n。"""
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{mantissa} \\times 10^{{{int(exponent)}}}"
+
 # %% [markdown]
 # ## 1. 浮点格式：位数、范围与精度
 #
 # 一个浮点数由符号位、指数位和尾数位组成。`torch.finfo` 给出每种格式的机器精度 `eps`（1 与下一个可表示数之差）、最大值 `max` 和最小正规数 `tiny`。尾数位数可以从 `eps` 反推：$\text{eps} = 2^{-m}$；指数位数就是总位数减去符号位和尾数位。最小的次正规数（subnormal）是 $\text{tiny} \times \text{eps}$。
 
-# %%
+# %% tags=["formats"]
 FORMATS = [("FP32", torch.float32), ("FP16", torch.float16), ("BF16", torch.bfloat16),
            ("FP8 E4M3", torch.float8_e4m3fn), ("FP8 E5M2", torch.float8_e5m2)]
 print(pad("格式", 10) + pad("总位数", 8) + pad("指数位", 8) + pad("尾数位", 8)
@@ -83,6 +94,9 @@ vals = torch.tensor([70000.0, 65504.0, 1.0 + 2**-9, 1e-5, 1e-7, 1e-8])
 print(pad("FP32 原值", 18) + pad("→ FP16", 18) + "→ BF16")
 for v, h, b in zip(vals.tolist(), vals.half().float().tolist(), vals.bfloat16().float().tolist()):
     print(pad(f"{v:.8g}", 18) + pad(f"{h:.8g}", 18) + f"{b:.8g}")
+publish("bf16_of_70000", f"{vals.bfloat16().float()[0].item():.0f}")
+publish("bf16_of_1e8", tex(vals.bfloat16().float()[5].item(), 8))
+publish("fp16_of_1e8", f"{vals.half().float()[5].item():g}")
 
 # %% [markdown]
 # 70000 在 FP16 里变成 `inf`（上溢）；`1e-8` 比 FP16 的最小次正规数 $2^{-24} \approx 5.96 \times 10^{-8}$ 还小，变成 0（下溢）；`1e-5`、`1e-7` 落在次正规数区间，只剩下几位有效数字。BF16 的问题在另一头：$1 + 2^{-9}$ 在 BF16 里就是 1，因为 1 附近相邻两个 BF16 数相差 $2^{-7} = 0.0078125$。
@@ -115,6 +129,8 @@ print("1.0 加 1000 次 0.001（精确答案 2.0）")
 for name, w in [("FP32", w32), ("BF16 舍入到最近", w_rne), ("BF16 + Kahan 补偿", w_kahan),
                 ("BF16 + 随机舍入", w_sr)]:
     print(pad(name, 20), f"{float(w):.6f}")
+    publish({"FP32": "sum_fp32", "BF16 舍入到最近": "sum_bf16", "BF16 + Kahan 补偿": "sum_kahan",
+             "BF16 + 随机舍入": "sum_stochastic"}[name], float(w), fmt="{:.6f}")
 
 # %% [markdown]
 # BF16 直接累加 1000 次之后还是 1.0：每一步都被舍掉了。Kahan 补偿多存一个 BF16 补偿量（每个参数多 2 字节），得到 2.0；随机舍入不多存任何东西，结果在 2.0 附近随机波动（期望值是对的）。这就是纯 BF16 训练需要这两种技巧的原因，正文里有出处。
@@ -181,8 +197,10 @@ with vramlab.open_device("auto") as dev:
     del y1, y2
     steps.append(("反向传播之后（删除输出，计算图释放）", dev.allocated()))
     prev = base
-    for label, a in steps:
+    for (label, a), key in zip(steps, ("first", "second", "exit", "end")):
         print(pad(label, 50), f"相对起点 {(a - base) / MiB:+.4f} MiB（本步 {(a - prev) / MiB:+.4f}）")
+        publish(f"cache_{key}_mib", (a - base) / MiB, fmt="{:.4f}")
+        publish(f"cache_{key}_step_kib", (a - prev) / 1024, fmt="{:.0f}")
         prev = a
 
 # %% [markdown]
@@ -192,7 +210,7 @@ with vramlab.open_device("auto") as dev:
 #
 # 用 2 层的 `tiny` GPT-2（词表 1024）真的训练 5 步，同样的初始权重、同样的数据，一次全 FP32，一次前向放进 BF16 autocast。按 H200 参考表的测法，峰值取第 2 步之后（AdamW 的状态在第一次 `step()` 时才创建）。
 
-# %%
+# %% tags=["tiny"]
 def train_tiny(autocast, steps=5, batch=16, seq=128):
     with vramlab.open_device("auto") as dev:
         model = build_model("tiny", device=dev.torch_device, seed=0)
@@ -219,6 +237,10 @@ for i, (a, b) in enumerate(zip(loss32, loss16), 1):
     print(pad(i, 6) + pad(f"{a:.5f}", 14) + pad(f"{b:.5f}", 22) + f"{abs(b - a) / a:.1e}")
 print(f"\n稳态已分配峰值：FP32 {peak32 / MiB:.2f} MiB，BF16 autocast {peak16 / MiB:.2f} MiB，"
       f"比值 {peak16 / peak32:.2f}")
+rel = [abs(b - a) / a for a, b in zip(loss32, loss16)]
+publish("tiny_loss_reldiff_min", tex(min(rel), 1))
+publish("tiny_loss_reldiff_max", tex(max(rel), 1))
+publish("tiny_saving", 1 - peak16 / peak32, fmt="{:.0%}")
 
 # %% [markdown]
 # 损失的相对差只有 $10^{-6}$ 到 $10^{-5}$ 的量级：每个 BF16 算子只有约 3 位有效数字，但损失本身在 FP32 里计算，又是对 2048 个 token 取平均，误差大多相互抵消了。显存却只省了一成左右：这个模型只有 2 层、隐藏维度 128，cuBLAS 工作区、词表大小的 FP32 张量和模型状态占了峰值的大头，autocast 能改变的部分本来就小。下一节在 GPT-2 small 上把这笔账算清楚。
@@ -228,9 +250,12 @@ print(f"\n稳态已分配峰值：FP32 {peak32 / MiB:.2f} MiB，BF16 autocast {p
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`，PyTorch 2.11.0+cu130，2026-11-29）里有三行：全 FP32、BF16 autocast、纯 BF16（权重和 AdamW 状态都是 BF16）。同样的三种配置在本机上再测一遍，并在模拟设备上按类别拆开峰值时刻的显存。再加两行对照：把 GPT-2 默认的 `gelu_new`（里面有 `torch.pow(x, 3.0)`）换成精确的 `gelu`，看看 `pow` 留在 FP32 的代价。
 
 # %%
-ROWS = [("small_fp32_adamw_b8_s512", None, "FP32", 7925),
-        ("small_bf16autocast_adamw_b8_s512", None, "BF16 autocast", 7141),
-        ("small_purebf16_adamw_b8_s512", None, "纯 BF16", 5174),
+from vramlab.reference import reference_rows
+
+H200 = {r.name: r for r in reference_rows()}      # H200 参考表（vramlab/data/h200_gpt2_peaks.md）
+ROWS = [("small_fp32_adamw_b8_s512", None, "FP32", H200["small_fp32_adamw_b8_s512"].steady_mib),
+        ("small_bf16autocast_adamw_b8_s512", None, "BF16 autocast", H200["small_bf16autocast_adamw_b8_s512"].steady_mib),
+        ("small_purebf16_adamw_b8_s512", None, "纯 BF16", H200["small_purebf16_adamw_b8_s512"].steady_mib),
         ("small_fp32_adamw_b8_s512", "gelu", "FP32，gelu", None),
         ("small_bf16autocast_adamw_b8_s512", "gelu", "BF16 autocast，gelu", None)]
 
@@ -261,11 +286,37 @@ for name, act, label, h200 in ROWS:
     dev_col = f"{m.peak_bytes / MiB / h200 - 1:+.1%}" if h200 else "-"
     print(pad(label, 24) + pad(f"{m.peak_bytes / MiB:.0f}", 12) + pad(h200 or "-", 16) + pad(dev_col, 10)
           + f"{m.peak_bytes / ref:.3f}")
+    key = {"FP32": "fp32", "BF16 autocast": "autocast", "纯 BF16": "purebf16", "FP32，gelu": "fp32_gelu",
+           "BF16 autocast，gelu": "autocast_gelu"}[label]
+    publish(f"sim_{key}_mib", m.peak_bytes / MiB, fmt="{:.0f}")
+    publish(f"sim_{key}_vs_fp32", m.peak_bytes / ref, fmt="{:.3f}")
+publish("sim_max_deviation", max(abs(results[lab][0].peak_bytes / MiB / h - 1) for _, _, lab, h in ROWS if h), fmt="{:.1%}")
+
+# %% [markdown]
+# 正文引用的 H200 参考数据和由它们算出的比例也从这里发布（同一张表）：
+
+# %%
+for key, name in [("fp32", "small_fp32_adamw_b8_s512"), ("autocast", "small_bf16autocast_adamw_b8_s512"),
+                  ("purebf16", "small_purebf16_adamw_b8_s512"), ("fp32_b32", "small_fp32_adamw_b32_s512"),
+                  ("autocast_b32", "small_bf16autocast_adamw_b32_s512"), ("medium_ckpt", "medium_fp32_adamw_b8_s512_ckpt"),
+                  ("medium_autocast_ckpt", "medium_bf16autocast_adamw_b8_s512_ckpt")]:
+    publish(f"h200_{key}_mib", H200[name].steady_mib)
+    publish(f"h200_{key}_ms", H200[name].step_ms, fmt="{:.1f}")
+for key, a, b in [("autocast", "small_bf16autocast_adamw_b8_s512", "small_fp32_adamw_b8_s512"),
+                  ("purebf16", "small_purebf16_adamw_b8_s512", "small_fp32_adamw_b8_s512"),
+                  ("autocast_b32", "small_bf16autocast_adamw_b32_s512", "small_fp32_adamw_b32_s512")]:
+    ratio = H200[a].steady_mib / H200[b].steady_mib
+    publish(f"h200_{key}_ratio", ratio, fmt="{:.2f}")
+    publish(f"h200_{key}_saving", 1 - ratio, fmt="{:.0%}")
+    print(f"H200：{a} / {b} = {ratio:.3f}（省 {1 - ratio:.1%}）")
+publish("h200_medium_ckpt_autocast_extra", H200["medium_bf16autocast_adamw_b8_s512_ckpt"].steady_mib
+        / H200["medium_fp32_adamw_b8_s512_ckpt"].steady_mib - 1, fmt="{:.0%}")
+publish("h200_autocast_speedup", H200["small_fp32_adamw_b8_s512"].step_ms / H200["small_bf16autocast_adamw_b8_s512"].step_ms, fmt="{:.1f}")
 
 # %% [markdown]
 # 前三行与 H200 实测的偏差都在 0.1% 以内。H200 上 BF16 autocast 的峰值是 FP32 的 0.90 倍，纯 BF16 是 0.65 倍。把峰值时刻的显存按类别拆开：
 
-# %%
+# %% tags=["breakdown"]
 CATS = [("parameters", "参数"), ("gradients", "梯度"), ("optimizer_state", "优化器状态"),
         ("activations", "激活值"), ("temporaries", "临时张量"), ("cuda_overhead", "cuBLAS 工作区")]
 LABELS = ["FP32", "BF16 autocast", "纯 BF16"]
@@ -275,6 +326,12 @@ if results["FP32"][0].breakdown:
         print(pad(zh, 16) + "".join(pad(f"{results[lab][0].breakdown[key] / MiB:.1f}", 16) for lab in LABELS))
     print(pad("合计", 16) + "".join(pad(f"{results[lab][0].peak_bytes / MiB:.1f}", 16) for lab in LABELS))
     print("\n峰值位置：", results["BF16 autocast"][0].peak_where)
+    for lab, key in zip(LABELS, ("fp32", "autocast", "purebf16")):
+        for cat in ("parameters", "optimizer_state", "activations", "temporaries", "cuda_overhead"):
+            publish(f"{key}_{cat}_mib", results[lab][0].breakdown[cat] / MiB, fmt="{:.1f}")
+    publish("autocast_activation_saving", 1 - results["BF16 autocast"][0].breakdown["activations"]
+            / results["FP32"][0].breakdown["activations"], fmt="{:.0%}")
+    publish("cublas_each_mib", results["FP32"][0].breakdown["cuda_overhead"] / 2 / MiB, fmt="{:.0f}")
 else:
     print("真实 GPU 上没有按类别的拆分（只有模拟设备记录每块显存的来历）。")
 
@@ -287,7 +344,7 @@ else:
 #
 # 激活值为什么没有减半？按创建它的算子分组：
 
-# %%
+# %% tags=["by_op"]
 GROUPS = [("addmm", "矩阵乘法输出 addmm"), ("_to_copy", "类型转换副本 _to_copy"), ("mul", "逐元素乘 mul"),
           ("add", "逐元素加 add"), ("tanh", "tanh"), ("gelu", "gelu"), ("native_layer_norm", "layer_norm"),
           ("_log_softmax", "log_softmax（损失）")]
@@ -299,9 +356,24 @@ if results["FP32"][1]:
     other = {c: sum(v for k, v in results[c][1].items() if k not in dict(GROUPS)) for c in cols}
     print(pad("其他（SDPA 输出等）", 26) + "".join(pad(f"{other[c] / MiB:.1f}", 22) for c in cols))
     print(pad("激活值合计", 26) + "".join(pad(f"{results[c][0].breakdown['activations'] / MiB:.1f}", 22) for c in cols))
+    publish("autocast_to_copy_mib", results["BF16 autocast"][1].get("_to_copy", 0) / MiB, fmt="{:.1f}")
+    publish("fp32_logsoftmax_mib", results["FP32"][1].get("_log_softmax", 0) / MiB, fmt="{:.1f}")
+    for c, key in (("FP32，gelu", "fp32_gelu"), ("BF16 autocast，gelu", "autocast_gelu")):
+        publish(f"{key}_activations_mib", results[c][0].breakdown["activations"] / MiB, fmt="{:.1f}")
+    fp32 = results["FP32"][0].breakdown
+    fixed = {k: round(v / MiB, 1) for k, v in (("parameters", fp32["parameters"]), ("optimizer_state", fp32["optimizer_state"]),
+             ("log_softmax", results["FP32"][1].get("_log_softmax", 0)), ("temporaries", fp32["temporaries"]),
+             ("cuda_overhead", fp32["cuda_overhead"]))}
+    fixed_sum = sum(fixed.values())                  # 用四舍五入后的数相加，正文里的算式才对得上
+    publish("fixed_sum_mib", fixed_sum, fmt="{:.1f}")
+    publish("fixed_share_gelu_new", fixed_sum / (results["FP32"][0].peak_bytes / MiB), fmt="{:.0%}")
+    publish("fixed_share_gelu", fixed_sum / (results["FP32，gelu"][0].peak_bytes / MiB), fmt="{:.0%}")
 
 n = count_params("gpt2-small")
 print(f"\nGPT-2 small 全部参数的 BF16 副本：{n:,} × 2 字节 = {n * 2 / MiB:.1f} MiB")
+publish("bf16_copy_mib", n * 2 / MiB, fmt="{:.1f}")
+publish("fp32_grad_mib", n * 4 / MiB, fmt="{:.1f}")
+publish("logits_fp32_mib", 8 * 512 * 50257 * 4 / MiB, fmt="{:.1f}")
 tok, hid = 8 * 512, 768
 print(f"一层 MLP 中间激活（4096 个 token × 3072）：FP32 {tok * 4 * hid * 4 / MiB:.0f} MiB，BF16 {tok * 4 * hid * 2 / MiB:.0f} MiB")
 
@@ -365,6 +437,9 @@ for name, back in [("直接转 FP16", plain), (f"先乘 {S:.0f} 再转 FP16", sc
     zero = (back == 0).float().mean().item()
     rel = ((back - grads).abs() / grads).median().item()
     print(pad(name, 24), f"变成 0 的比例 {zero:6.1%}   相对误差中位数 {rel:.1e}")
+    key = "plain" if back is plain else "scaled"
+    publish(f"fp16_{key}_zero", zero, fmt="{:.1%}")
+    publish(f"fp16_{key}_median_err", tex(rel))
 print(f"乘上 {S:.0f} 之后的最大值：{(grads * S).max().item():.1f}（FP16 上限 65504，没有溢出）")
 
 # %% [markdown]
@@ -405,6 +480,7 @@ with vramlab.open_device("auto") as dev:
 
 # %%
 print("BF16 直接转换后变成 0 的比例：", f"{(grads.bfloat16() == 0).float().mean().item():.1%}")
+publish("bf16_zero", (grads.bfloat16() == 0).float().mean().item(), fmt="{:.1%}")
 
 # %% [markdown]
 # ## 6. 分布式训练里，梯度以什么精度通信

@@ -38,7 +38,12 @@ TARGET_NOTE = ("Measured on the sim at ci scale (CI_CONFIG, batch 8, seq 128, cu
                "1024 tokens per step) passes visibly and falls back to fp32 in the hidden case (technique). "
                "A smaller hidden batch (6 x 96) puts the reference at 0.755x, too near the margin. Loss tolerance rtol "
                "1e-2 (bf16 keeps ~3 significant digits per op; the loss is computed in fp32); update tolerance 0.25 "
-               "(a skipped or doubled step gives >= 1).")
+               "(a skipped or doubled step gives >= 1). 2026-12-05 (steady peaks via vramlab.exercise_setup, visible / "
+               "hidden): the reference 0.702x / 0.736x; the common `out = model(...)` kept to the end of the step 0.724x / "
+               "0.764x; the model under torch.amp.autocast and the loss computed outside it from fp32 logits 0.747x / "
+               "0.786x; the trunk only under autocast 0.707x / 0.736x. At the former target 0.85 the 10% margin (<= "
+               "0.765) refused the honest second and third in the hidden case; the target is 0.9 (margin <= 0.81): the "
+               "technique check, not the ratio, is what refuses fp32 forwards and pure low-precision training.")
 
 SPEC = ExerciseSpec(
     id="ch06-mixed-precision",
@@ -72,7 +77,7 @@ SPEC = ExerciseSpec(
                                seq=96, seed=1, config={"n_layer": 3}),)),
     gpu=Scale(model="gpt2-small", batch=8, seq=1024, steps=3, warmup=1,
               settings=train_step.Settings(config={"activation_function": "gelu"})),
-    target_ratio=0.85,
+    target_ratio=0.9,
     rtol=1e-2,
     atol=1e-3,
     update_rtol=0.25,

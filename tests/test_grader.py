@@ -1,5 +1,6 @@
 """The grader: hostile submissions (tests/hostile/*.py, first line `# expect: CATEGORY` or
-`# expect: CAT1|CAT2|...`, any of which is right) are graded 0 with an expected reason category,
+`# expect: CAT1|CAT2|...`, any of which is right; an optional second line `# exercise: ID` names the
+exercise, ch05-accumulation otherwise) are graded 0 with an expected reason category,
 inside the time limit, without writing outside their temp folder, without touching a fake course
 root next to it, without signalling the grader, while an honest submission graded in the same batch
 still passes; CLI JSON shape; malformed notebooks."""
@@ -36,6 +37,14 @@ def _expect(path: Path) -> set[str]:
     allowed = {c.strip() for c in first.split(":", 1)[1].split("|") if c.strip()}
     assert allowed, path
     return allowed
+
+
+def _exercise(path: Path) -> str:
+    """The exercise a fixture is graded against: `# exercise: ID` on its second line, else ch05."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if len(lines) > 1 and lines[1].startswith("# exercise:"):
+        return lines[1].split(":", 1)[1].strip()
+    return "ch05-accumulation"
 
 
 HONEST = ROOT / "solutions" / "ch05-accumulation" / "ch05-accumulation.ipynb"   # graded in the same batch
@@ -83,10 +92,12 @@ def hostile_results(tmp_path_factory):
 
     def one(path):
         t0 = time.perf_counter()
-        r = grade_file("ch05-accumulation", path, timeout_s=TIMEOUT, reuse_baseline=True)
+        r = grade_file(_exercise(path), path, timeout_s=TIMEOUT, reuse_baseline=True)
         return path.name, (r, time.perf_counter() - t0)
     try:
-        grade_file("ch05-accumulation", HOSTILE[0], timeout_s=TIMEOUT, reuse_baseline=True)   # cache the baseline
+        for exercise in sorted({_exercise(p) for p in HOSTILE}):                             # cache the baselines
+            grade_file(exercise, next(p for p in HOSTILE if _exercise(p) == exercise), timeout_s=TIMEOUT,
+                       reuse_baseline=True)
         with ThreadPoolExecutor(2) as ex:
             results = dict(ex.map(one, jobs))
     finally:
@@ -148,7 +159,10 @@ def test_hostile_fixture_coverage():
                      "hidden_case_numpy",
                      # issue 28: memory the resident set misses, processes the audit hook misses, native code
                      "memfd_mmap_window", "memfd_write", "pipe_buffers", "socket_buffers", "unlinked_tmp_file",
-                     "posix_shared_memory", "fork_exec_raw", "posix_spawn_child", "native_extension_module"):
+                     "posix_shared_memory", "fork_exec_raw", "posix_spawn_child", "native_extension_module",
+                     # issue 28: a technique forged past the probe, now observed at the blocks from the dispatch layer
+                     "technique_shadow_saved_hooks", "technique_trunk_hook_autocast_off",
+                     "technique_checkpoint_extra_forward", "technique_pop_probe_mode"):
         assert required in names
 
 

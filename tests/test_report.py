@@ -232,6 +232,10 @@ def test_hidden_figure_and_lines_show_no_bytes():
     assert "MiB" not in svg and "起始代码峰值 = 100%" in svg
     section = text.split("下面是隐藏配置", 1)[1]
     assert "MiB" not in section and "KiB" not in section and "%" in section
+    # the starter's run is cut where yours ended: the hidden number of steps is not drawn
+    assert view["starter"]["calls"] == view["mine"]["calls"] == 3 and "第 3 步" in svg
+    longer = feedback.normalised(_view(_run(steps=6, leak=6 * MiB), _run(steps=6, leak=3 * MiB, oom_at=3)))
+    assert longer["starter"]["calls"] == 3 and "第 4 步" not in figure_of(_result(None, hidden_failed=1, hidden_memory=longer))
 
 
 # ---- the hint that fits ---------------------------------------------------------------------------------
@@ -286,7 +290,8 @@ def test_hidden_oom_message_names_dimensions_step_operator_line_without_values()
     msg = feedback.hidden_failure_reason(_hidden_oom_case(), variation.changes_zh(), 1, 1)
     assert variation.changes_zh() + "变了" in msg and "具体数值不公开" in msg
     assert "第 3 步显存溢出（前面 2 步都放得下）" in msg
-    assert "_log_softmax" in msg and "你的函数里（模型的模块之外）" in msg and "第 9 行" in msg
+    assert "_log_softmax" in msg and "你的函数里（模型的模块之外）" in msg
+    assert "（train_step 里）这一行：`logp = torch.log_softmax(out.logits, dim=-1)`" in msg
     assert "…" not in msg and "发生在 -" not in msg and "MiB" not in msg
     assert not re.search(r"[A-Za-z]{3,} [a-z]{3,} [a-z]{3,}", msg.replace("torch.log_softmax(out.logits", ""))  # no English sentence
     assert "只对题目给出的形状或数字成立" not in msg and "在涨" in msg    # the cause is a leak, not a shape
@@ -310,7 +315,7 @@ def test_visible_oom_reason_is_chinese_with_location():
     view = _hidden_oom_case()["memory"]
     r = feedback.explain({"category": "oom", "reason": "内存/显存不足：OutOfMemoryError: CUDA out of memory. ...", "memory": view})
     assert r["reason"].startswith("内存/显存不足：第 3 步显存溢出") and "170.00 MiB 的显卡" in r["reason"]
-    assert "CUDA out of memory" not in r["reason"] and "第 9 行" in r["reason"]
+    assert "CUDA out of memory" not in r["reason"] and "这一行：`logp = " in r["reason"]
     cuda = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of "
             "which 3.94 MiB is free. Of the allocated memory 78.50 GiB is allocated by PyTorch, and 12.3 MiB is reserved by "
             "PyTorch but unallocated.")

@@ -141,7 +141,20 @@ def normalised(view: dict | None) -> dict | None:
                               breakdown={k: r(b) for k, b in o["breakdown"].items()},
                               top=[dict(t, bytes=r(t["bytes"])) for t in o["top"]])
         return out
-    return dict(view, unit="starter_peak", starter=run(view["starter"]), mine=run(view["mine"]))
+    starter, mine = run(view["starter"]), run(view["mine"])
+    if mine and starter and mine["calls"] < starter["calls"]:
+        starter = _cut(starter, mine["calls"])       # the hidden case's number of steps is not shown either
+    return dict(view, unit="starter_peak", starter=starter, mine=mine)
+
+
+def _cut(run: dict, calls: int) -> dict:
+    """`run` up to the end of its call `calls` (the x axis's first `calls` steps)."""
+    out = dict(run, calls=calls, series=[p for p in run["series"] if p[0] <= calls], step_ends=run["step_ends"][:calls],
+               carried=run["carried"][:calls], optimizer_steps=[p for p in run["optimizer_steps"] if p[0] <= calls],
+               ooms=[p for p in run["ooms"] if p[0] <= calls])
+    if run.get("peak") and run["peak"]["x"] > calls:
+        out["peak"] = None
+    return out
 
 
 # ---- words ---------------------------------------------------------------------------------------
@@ -218,10 +231,11 @@ def _oom_detail(view: dict, oom: dict, unit: str) -> str:
     if phase and not oom["module"].startswith("backward:"):
         parts.append(f"{phase}阶段")
     text = "，".join(parts)
-    if oom["line"]:
+    if oom["line"] and oom.get("code"):
+        # the line itself, not its number: a notebook's check grades a module built from its cells,
+        # whose numbers are not the cell's
         inside = f"（{oom['function']} 里）" if oom["function"] else ""
-        code = f"：`{oom['code']}`" if oom.get("code") else ""
-        text += f"；出错的是你的代码第 {oom['line']} 行{inside}{code}"
+        text += f"；出错的是你的代码{inside}这一行：`{oom['code']}`"
     return text
 
 
@@ -335,16 +349,17 @@ def memory_lines(view: dict | None, top_n: int = 8) -> list[str]:
     def row(a: str, b: str, c: str, note: str = "") -> str:
         return f"    {pad(a, 12)}{pad(b, 14, True)}{pad(c, 20, True)}{note}"
     lines.append(row("类别", "起始代码峰值", head_mine))
+    total_b = (base["peak"]["bytes"] if base.get("peak") else sum(base["breakdown"].values())) if base else None
+    total_m = (mine["oom"]["allocated"] if mine_at_oom else (mine.get("peak") or {}).get("bytes")) if mine else None
+    floor = 0.005 * max(total_b or 0, total_m or 0)      # a category under 0.5% of the peaks is left out
     for k, zh in CATEGORY_ZH.items():
         b, m = base_bd.get(k), mine_bd.get(k)
-        if not b and not m:
+        if (b or 0) <= floor and (m or 0) <= floor:
             continue
         more = (m or 0) - (b or 0)
         notable = more > (2 ** 20 if unit == "bytes" else 0.01) and more > 0.05 * (b or 0)
         note = f"  （{CATEGORY_NOTE[k]}）" if k in CATEGORY_NOTE and notable else ""
         lines.append(row(zh, amount(b or 0, unit) if base else "-", amount(m or 0, unit) if mine else "-", note))
-    total_b = base["peak"]["bytes"] if base and base.get("peak") else None
-    total_m = (mine["oom"]["allocated"] if mine_at_oom else (mine.get("peak") or {}).get("bytes")) if mine else None
     lines.append(row("合计", amount(total_b, unit), amount(total_m, unit)))
     kind = view.get("kind", "")
     for name, r in (("起始代码的", base), ("你的", mine)):
@@ -475,10 +490,15 @@ def figure_svg(view: dict | None, title: str = "") -> str | None:
         while any(abs(ty - p) < 14 for p in placed):
             ty += 14
         placed.append(ty)
-        anchor = "end" if x > ML + pw * 0.7 else "start"
+        # yours and an overflow to the left of their mark, the starter's to the right, unless off the plot
+        anchor = "end" if colour != COLOURS["starter"] else "start"
+        if anchor == "end" and x - ML < 8 * width(text):
+            anchor = "start"
+        elif anchor == "start" and W - MR - x < 8 * width(text):
+            anchor = "end"
         tx = x - 6 if anchor == "end" else x + 6
-        out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" fill="{colour}" font-weight="600">'
-                   f'{html.escape(text)}</text>')
+        out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" fill="{colour}" font-weight="600" '
+                   f'stroke="#fff" stroke-width="3" paint-order="stroke">{html.escape(text)}</text>')
     lx = ML + 8                                 # legend
     for i, (name, r) in enumerate(runs):
         y = H - 12

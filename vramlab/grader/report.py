@@ -64,7 +64,8 @@ def format_result(r: dict, figure_path: str | None = None) -> str:
     if view:
         if hidden:
             lines.append(f"  下面是隐藏配置 {r['hidden_failed']} 里两次运行的显存，按起始代码在那里的峰值折算成百分比：")
-        lines += memory_lines(view, top_n=0 if r.get("passed") else 8)
+        # the largest live tensors where memory is what failed; a wrong result or a crash has other causes
+        lines += memory_lines(view, top_n=8 if r.get("category") in ("too_much_memory", "oom") else 0)
     chosen = choose_hint(r)
     if chosen:
         i, why = chosen

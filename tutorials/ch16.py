@@ -21,6 +21,7 @@ import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import make_config
 from vramlab.sim.kernels import cuda_kernel_for
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner()
@@ -271,7 +272,10 @@ for seq in (512, 1024, 2048):
     kv16, kv32 = 16 * 2 * seq * KV_COLS * 2, 16 * 2 * seq * KV_COLS * 4
     print(pad(str(seq), 6), pad(f"{mib(d16):.0f} MiB", 22), pad(f"{mib(kv16):.0f} MiB", 18), pad(f"{mib(d16 - kv16):.0f} MiB", 10),
           pad(f"{mib(d32):.0f} MiB", 14), f"{mib(kv32):.0f} MiB")
+    for key, v in (("bf16", d16), ("bf16_kv", kv16), ("bf16_rest", d16 - kv16), ("fp32", d32), ("fp32_kv", kv32)):
+        publish(f"gqa_s{seq}_{key}_mib", mib(v), fmt="{:.0f}")
 print(f"\nautocast 的 BF16 权重副本之差：16 层 × 2（W_K、W_V）× 2048 × {KV_COLS} × 2 字节 = {mib(W_COPY):.0f} MiB")
+publish("gqa_weight_copy_mib", mib(W_COPY), fmt="{:.0f}")
 
 # %% [markdown]
 # 拆开来看就清楚了：
@@ -288,7 +292,7 @@ print(f"\nautocast 的 BF16 权重副本之差：16 层 × 2（W_K、W_V）× 20
 #
 # 下面比较三种写法：批大小 2，8 个查询头，2 个 KV 头（$g = 4$），序列长度 1024，头维度 64，因果注意力，FP32 和 BF16 各跑一遍（真卡上 GQA 训练该用 BF16，见正文；评分练习也用 BF16）。一个 `[2, 8, 1024, 64]` 的 FP32 张量是 4 MiB，K、V 本身各 1 MiB；BF16 减半。“额外峰值”是一次前向加反向的峰值减去调用前已分配的显存。
 
-# %%
+# %% tags=["gqa_compare"]
 B, HQ, HKV, S, D = 2, 8, 2, 1024, 64
 
 
@@ -356,6 +360,11 @@ for dt in DTYPES:
         dgrad = max((a.float() - b.float()).abs().max().item() for a, b in zip(r["grads"], base["grads"]))
         print(pad("  " + label, 32), pad(f"{mib(r['fwd']):.2f}", 16), pad(f"{mib(r['extra']):.2f}", 14),
               pad(f"{r['extra'] / base['extra']:.2f}", 14), pad(f"{dout:.1e}", 12), f"{dgrad:.1e}")
+    dname = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dt]
+    gqa = res[(dt, IMPLS[2][0])]
+    publish(f"repeat_{dname}_extra_mib", mib(base["extra"]), fmt="{:.2f}")
+    publish(f"gqa_{dname}_extra_mib", mib(gqa["extra"]), fmt="{:.2f}")
+    publish(f"gqa_{dname}_ratio", gqa["extra"] / base["extra"], fmt="{:.2f}")
 
 # %% [markdown]
 # 看看两种写法各自给反向留下了什么（按存储去重，只列 1 MiB 及以上的张量）。两边的第一行都是输入 q，最后一行都是 SDPA 的输出（内核按 `[B, S, H, D]` 的布局写出）：

@@ -377,7 +377,7 @@ else:
 # - **按专家循环的稠密写法**：见上；
 # - **按容量补齐**：把每个专家的 token 排好序、补齐到同一长度（这里取本批最忙专家的 token 数，不丢 token），放进 $[E, C, h]$ 的缓冲区，用一次批量矩阵乘（`bmm`）算完所有专家。
 
-# %%
+# %% tags=["moe_flops"]
 from torch.utils.flop_counter import FlopCounterMode
 
 

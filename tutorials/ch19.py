@@ -23,6 +23,7 @@ from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, get_preset
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.workload import from_reference_name
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
@@ -122,7 +123,7 @@ plt.show()
 #
 # 一个训练步的峰值要么出现在反向刚开始（激活值最多），要么出现在 `optimizer.step()`（梯度全部存在、再加上状态和临时张量）。H200 参考表里有四行只换了优化器的配置（GPT-2 small，FP32，批大小 8，序列长度 512）。下面在模拟设备上复现它们，并列出峰值出现的位置。
 
-# %%
+# %% tags=["h200_rows"]
 NAMES = ["small_fp32_adamw_b8_s512", "small_fp32_adamw_noforeach_b8_s512",
          "small_fp32_adafactor_b8_s512", "small_fp32_sgdm_b8_s512"]
 ref = {r.name: r for r in reference_rows()}
@@ -332,6 +333,7 @@ for i in (0, 3, 7, 11):
     print(pad(str(i + 1), 6), pad(f"{l32[i]:.4f}", 14), pad(f"{l8[i]:.4f}", 14), f"{lb[i]:.4f}")
 print(f"\nbitsandbytes 的状态（uint8 码、每块 absmax、全体参数共用的两张 256 项码表，小参数仍是 FP32；按存储去重）："
       f"{sb:,} 字节，{sb / n_tiny:.3f} 字节/参数")
+publish("bnb_state_bpp", sb / n_tiny, fmt="{:.3f}")
 
 
 def optimizer_state_on_device(make_opt):
@@ -368,7 +370,7 @@ print(f"模拟设备上的优化器状态：torch AdamW {mib(on_dev32):.2f} MiB�
 # - **B 主存里的 torch AdamW**：主存里放一份参数副本，对它建一个 `torch.optim.AdamW`（练习参考答案的做法）；
 # - **C 手写**：主存里放 FP32 主权重和 $m$、$v$，自己写 AdamW 的公式，逐个参数更新、逐个拷回。
 
-# %%
+# %% tags=["offload"]
 B, T, STEPS = 2, 64, 2
 HYPER = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
 
@@ -457,6 +459,8 @@ for key, r in results.items():
     diff = max((a - b).abs().max().item() for a, b in zip(r["params"], results["A"]["params"]))
     print(pad(r["label"], 26), pad(f"{mib(r['peak']):.1f}", 14), pad(f"{r['peak'] / results['A']['peak']:.2f}", 10),
           pad(" ".join(f"{x:.4f}" for x in r["losses"]), 28), f"{diff:.2e}")
+    if key == "C":
+        publish("offload_c_vs_a_max_diff", f"{diff:.2e}")
 print()
 for key, r in results.items():
     parts = "，".join(f"{k} {mib(v):.1f}" for k, v in r["bd"].items() if v)

@@ -26,6 +26,7 @@ import transformers
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 warnings.filterwarnings("ignore", message="Full backward hook is firing")   # 嵌入层的输入是整数，没有梯度
@@ -607,6 +608,8 @@ for (step, seq, loss, plan, events, peak), ref in zip(rec_rows, ref_rows):
 moved = (ref_params - init_params).abs().max().item()
 diff = (rec_params - ref_params).abs().max().item()
 print(f"\n6 步之后，参数与对照的最大差 {diff:.2e}；同期参数自身的最大变化 {moved:.2e}（差约为变化的 {diff / moved:.1%}）")
+publish("recovery_param_max_diff", f"{diff:.2e}")
+publish("recovery_diff_share", f"{diff / moved:.1%}")
 
 # %% [markdown]
 # 第 1 步：微批次 32 和 16 都放不下，减到 8 通过，之后两步沿用 8×4（8 个样本一个微批次，累积 4 次）。第 4 步来了长序列：微批次 8 放不下，减到 4 还是放不下，已到下限，于是打开激活检查点、微批次回到 32 重新往下减，最后以“微批次 4 + 检查点”通过。之后的短序列沿用这个配置，不再 OOM。

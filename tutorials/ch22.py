@@ -27,6 +27,7 @@ from torch.nn.utils import parametrize
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, get_preset
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()
 import bitsandbytes as bnb                                   # pip install bitsandbytes
@@ -424,7 +425,9 @@ with vramlab.open_device("auto") as dev, torch.no_grad():
 
 print(f"INT8 权重 {mib(int8_bytes):.1f} MiB；同样大小的 FP32 权重 {mib(4 * int8_bytes):.1f} MiB\n")
 print(pad("做法", 28), pad("函数的额外峰值 MiB", 20), pad("相对整块", 10), pad("总峰值 MiB", 12), "与参考输出的相对误差")
-for name, extra, peak, err, _ in results:
+for (name, extra, peak, err, _), key in zip(results, ("whole", "block1024", "block256", "block64", "block256_nodel")):
+    publish(f"w8a16_{key}_extra_mib", mib(extra), fmt="{:.2f}")
+    publish(f"w8a16_{key}_ratio", extra / results[0][1], fmt="{:.3f}")
     print(pad(name, 28), pad(f"{mib(extra):.2f}", 20), pad(f"{extra / results[0][1]:.3f}", 10),
           pad(f"{mib(peak):.1f}", 12), f"{err:.1e}")
 

@@ -280,7 +280,7 @@ for name, _ in LADDER[5:]:
 #
 # 显存省下来了，训练是否还是原来那个训练？FakeTensorMode 没有数值，所以换成 2 层的 `tiny` GPT-2（隐藏维度 128，词表 1024）用真实张量，按同样的八级配方各训练 6 步（同样的初始权重，每步都用同一批数据，批大小 8、序列长度 128，分块 64 个 token，学习率 $10^{-3}$），与 FP32 基线逐步比较损失。
 
-# %%
+# %% tags=["losses"]
 def losses_of(r: Recipe, steps=6):
     with vramlab.open_device("auto") as dev:
         model = build_model("tiny", device=dev.torch_device, seed=0)

@@ -25,10 +25,13 @@ import transformers
 import vramlab
 from vramlab.display import banner, pad, mib
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()
 ON_GPU = banner()
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 T_START = time.perf_counter()
 
 # %% [markdown]
@@ -70,6 +73,7 @@ for n in (2, 4, 8):
     S = L * 4
     print(pad(str(n), 4), pad(f"{sent[0]:,} 字节", 22), pad(f"{2 * (n - 1) * S // n:,} 字节", 18), ok,
           "（各 rank 相同）" if len(set(sent)) == 1 else sent)
+    publish(f"ring_sent_n{n}", f"{sent[0]:,}")
 
 # %% [markdown]
 # 数出来的字节和公式一字不差，而且每个 rank 发得一样多。把 $S$ 换成 GPT-2 small 的 FP32 梯度（124,439,808 个参数 × 4 字节），和“参数服务器”（所有 rank 把梯度发给一台中心节点，中心求和后再发回）对比：
@@ -100,6 +104,7 @@ g_cpu = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 del model
 n_elem = g_cpu.numel()
 print(f"梯度 g：{n_elem:,} 个 FP32 元素，{mib(g_cpu.nbytes):.3f} MiB")
+publish("tiny_grad_mib", mib(g_cpu.nbytes), fmt="{:.3f}")
 
 
 # %% [markdown]
@@ -141,7 +146,7 @@ def nbytes(*ts):
 # %% [markdown]
 # 在本机设备上量：`g` 先放到设备上，`reset_peak()` 之后做一次压缩，看“峰值比压缩前多出多少”（临时缓冲区）和“压缩后还常驻多少”（要发的数据、残差）。TopK 取 1% 和 0.1%，QSGD 取 $s = 15$ 和 $s = 127$。
 
-# %%
+# %% tags=["compress"]
 rows = []
 with vramlab.open_device("auto") as dev:
     g = dev.to_device(g_cpu)
@@ -169,6 +174,12 @@ print(pad("压缩方法", 24), pad("要发的字节", 14), pad("压缩比", 9), 
 for name, sent, peak_extra, live_extra, res in rows:
     print(pad(name, 24), pad(f"{sent:,}", 14), pad(f"{dense / sent:.0f}×", 9), pad(f"{mib(peak_extra):.3f}", 20),
           pad(f"{mib(live_extra):.3f}", 14), pad(f"{mib(res):.3f}", 12))
+    key = {"TopK 1.0% + 误差反馈": "topk1", "TopK 0.1% + 误差反馈": "topk01"}.get(name, name.replace("QSGD s=", "qsgd"))
+    publish(f"{key}_ratio", dense / sent, fmt="{:.0f}")
+    publish(f"{key}_peak_extra_mib", mib(peak_extra), fmt="{:.3f}")
+    publish(f"{key}_live_mib", mib(live_extra), fmt="{:.3f}")
+    publish(f"{key}_residual_mib", mib(res), fmt="{:.3f}")
+    publish(f"{key}_peak_vs_grad", peak_extra / dense, fmt="{:.1f}")
 
 # %% [markdown]
 # 读这张表：
@@ -194,6 +205,8 @@ for s in (1, 15):
     bound = min(n / s**2, n**0.5 / s) * float(v.pow(2).sum())
     print(f"s = {s:3d}：{trials} 次平均的相对误差 ‖mean−g‖/‖g‖ = {float((est - v).norm() / v.norm()):.4f}；"
           f"单次方差 {var / trials:.3e}，上界 {bound:.3e}（实测/上界 = {var / trials / bound:.3f}）")
+    publish(f"qsgd{s}_mean_err", float((est - v).norm() / v.norm()), fmt="{:.4f}")
+    publish(f"qsgd{s}_var_vs_bound", var / trials / bound, fmt="{:.3f}")
 
 # %% [markdown]
 # 平均 2000 次之后，$s = 15$ 的相对误差只剩约 2%，$s = 1$ 的还有约 13%：$s = 1$ 时每个元素只有 $\{-1, 0, 1\}$ 三个取值，单次方差大得多，平均收敛得也慢（误差按 $1/\sqrt{\text{次数}}$ 下降），但期望仍然是原向量。两种 $s$ 的单次方差都在上界之内。
@@ -218,6 +231,9 @@ for use_ef in (False, True):
     print(f"{'有' if use_ef else '无'}误差反馈：累计发出与真实总量的相对误差 "
           f"{float((sent_sum - true_sum).norm() / true_sum.norm()):.3f}；"
           f"200 步里被发送过的元素 {touched:,} / {base_dir.numel():,}")
+    key = "ef" if use_ef else "no_ef"
+    publish(f"topk_{key}_err", float((sent_sum - true_sum).norm() / true_sum.norm()), fmt="{:.3f}")
+    publish(f"topk_{key}_touched", f"{touched:,}")
 
 # %% [markdown]
 # 没有误差反馈时，每步都是同一批大元素被发出去，其余绝大多数元素从未被发送，累计误差很大；有了误差反馈，小元素在残差里攒够了就会被发出，累计发出的总量与真实总量只差“当前残差”那一点。代价就是那份常驻的残差：**一份梯度大小的显存**。
@@ -401,7 +417,7 @@ print("\n前六种写法、两个 rank 的参数完全一致：", len({round(res
 #
 # 下面是每个 rank 的稳态峰值（第 4 步，模拟设备的 `max_allocated`）和那一步的通信：
 
-# %%
+# %% tags=["ways"]
 ref = res[0]["flat"]["peak"]
 print(pad("写法", 14), pad("rank0 峰值", 11), pad("rank1 峰值", 11), pad("相对 flat", 10), pad("全规约次数", 11),
       pad("每步发出 KiB", 13), pad("峰值时刻", 30))
@@ -411,6 +427,16 @@ for kind in KINDS:
     print(pad(kind, 14), pad(f"{mib(r0['peak']):.3f}", 11), pad(f"{mib(r1['peak']):.3f}", 11),
           pad(f"{r0['peak'] / ref:.3f}", 10), pad(str(r0['comm']['calls']), 11),
           pad(f"{r0['comm']['bytes'] / 1024:.1f}", 13), r0["where"])
+    for rank in (0, 1):
+        publish(f"{kind}_rank{rank}_mib", mib(res[rank][kind]["peak"]), fmt="{:.3f}")
+    publish(f"{kind}_vs_flat", r0["peak"] / ref, fmt="{:.3f}")
+    publish(f"{kind}_calls", r0["comm"]["calls"])
+    publish(f"{kind}_sent_kib", r0["comm"]["bytes"] / 1024, fmt="{:.1f}")
+publish("flat_minus_param_mib", mib(res[0]["flat"]["peak"] - res[0]["param"]["peak"]), fmt="{:.3f}")
+publish("hook_minus_param_mib", mib(res[0]["hook"]["peak"] - res[0]["param"]["peak"]), fmt="{:.1f}")
+fp16_max = max(mib(res[r]["ddp_fp16"]["peak"]) for r in (0, 1))
+ddp_max = max(mib(res[r]["ddp"]["peak"]) for r in (0, 1))
+publish("ddp_fp16_max_minus_ddp_mib", fp16_max - ddp_max, fmt="{:.3f}")
 
 # %% [markdown]
 # 读法（数字见上表，模拟设备上的 `max_allocated`）：
@@ -424,6 +450,7 @@ for kind in KINDS:
 # %%
 for kind in ("param", "hook"):
     print(kind, "各步峰值 MiB：", [round(mib(x), 3) for x in res[0][kind]["peaks"]], "峰值时刻：", res[0][kind]["where"])
+    publish(f"{kind}_step_peaks", "、".join(f"{mib(x):.3f}" for x in res[0][kind]["peaks"]))
 
 # %% [markdown]
 # `hook` 多出的 0.5 MiB 出现在词嵌入的反向（`EmbeddingBackward0`）里，正好是一个词嵌入大小（1024 × 128 × 4 字节）的梯度张量。`tiny` 的词嵌入同时是输出层的权重，它的梯度由两部分相加。已知的是：从第 2 步起，这块存储在每一步**开始时**就在（是上一步相加得到的词嵌入梯度，`zero_grad()` 之后仍被引用），把钩子里的全规约改成同步的就消失（脚本 `scripts/probes/ch08_hook_gradient_lifetime.py`）；是通信层里的什么还拿着它，没有查清（见第 8 章正文的说明框）。结论不变：钩子重叠的峰值仍明显低于 `flat`，在真实 GPU 上请用 `torch.cuda.max_memory_allocated()` 复核。
@@ -492,9 +519,12 @@ acc = launch(["every_step", "no_sync"], accumulate)
 for kind in ("every_step", "no_sync"):
     c = acc[0][kind]["comm"]
     print(pad(kind, 12), f"全规约 {c['calls']} 次，共 {c['bytes'] / 1024:.1f} KiB")
+    publish(f"accum_{kind}_calls", c["calls"])
+    publish(f"accum_{kind}_kib", c["bytes"] / 1024, fmt="{:.1f}")
 diff = float((acc[0]["every_step"]["params"] - acc[0]["no_sync"]["params"]).abs().max())
 same_ranks = torch.equal(acc[0]["no_sync"]["params"], acc[1]["no_sync"]["params"])
 print(f"两种写法更新后参数的最大差 {diff:.2e}；no_sync 下两个 rank 的参数完全一致：{same_ranks}")
+publish("accum_param_diff", diff, fmt="{:.2e}")
 
 # %% [markdown]
 # 交给全规约的字节正好降到四分之一（次数不是正好 4 倍，因为 DDP 第一次迭代的分桶与之后不同），参数只差浮点舍入。`no_sync()` 不改变显存：梯度本来就在 `.grad` 里累加，本地累加并不需要额外的缓冲区。

@@ -23,6 +23,7 @@
 # CPU 上没有显存分配器，所以第 3、4 部分的“显存”是**数出来的**：把每个 rank 本地张量（DTensor 取 `.to_local()`）的存储字节数加起来，同一块存储只算一次。每个 rank 里还套了一个 `vramlab.SimDevice`，它能量出 DDP 的梯度桶，但对 FSDP2 会多算（原因见第 3 部分），所以 FSDP2 以“数本地分片”为准。
 
 # %%
+import datetime
 import os
 import platform
 import socket
@@ -40,6 +41,7 @@ import vramlab
 from vramlab.estimate import estimate, zero_model_state_bytes, param_count
 from vramlab.models import build_model, count_params
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import Workload, from_reference_name
 
@@ -59,6 +61,8 @@ backend = "cuda" if torch.cuda.is_available() else "sim"
 print(f"Python {platform.python_version()} | torch {torch.__version__} | transformers {transformers.__version__} | {platform.machine()}")
 print(f"显存后端：{backend}（{'NVIDIA GPU：' + torch.cuda.get_device_name(0) if backend == 'cuda' else 'CPU 上的模拟设备'}）")
 print(f"gloo 可用：{dist.is_gloo_available()}，CPU 核数：{os.cpu_count()}")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. ZeRO 论文的例子：75 亿参数、64 张卡
@@ -81,6 +85,7 @@ print(cell("ZeRO 阶段", 10, True), cell("每卡模型状态 GB", 16), cell("�
 for stage in range(4):
     b = zero_model_state_bytes(PSI, stage, ND)
     print(cell(stage, 10, True), cell(f"{b / 1e9:.3f}", 16), cell(paper[stage], 12))
+    publish(f"paper_zero{stage}_gb", f"{b / 1e9:.3f}".rstrip("0").rstrip("."))
 
 # %% [markdown]
 # 算出来的 31.406、16.641、1.875 GB 四舍五入就是论文的 31.4、16.6、1.9 GB（这里用十进制 GB，和论文一致）。阶段 1 到阶段 2 只省了 $2\Psi(1 - 1/N_d)$，而阶段 3 一下子把剩下的 $4\Psi$ 也除以了 64：卡越多，阶段 3 的优势越大。
@@ -89,7 +94,7 @@ for stage in range(4):
 #
 # `estimate()` 在模型状态之外还算激活值、logits 和临时张量。下面两个工作负载都用 BF16 混合精度 + AdamW、8 张卡（`--gpus 8`）。ZeRO 0 时估算器按 PyTorch autocast 建模（FP32 权重 + FP32 梯度 + FP32 的 m、v，也是 16 字节/参数，另有 autocast 缓存的 16 位权重副本）；ZeRO 1–3 按 DeepSpeed 的做法建模（16 位权重和梯度，FP32 主权重放进优化器状态）。
 
-# %%
+# %% tags=["zero_est"]
 rows = [("gpt2-small", 8, 512), ("llama-7b", 1, 1024)]
 PHASE_ZH = {"forward_end": "前向末尾", "backward_start": "反向开始", "backward_end": "反向末尾",
             "optimizer_step": "优化器 step"}
@@ -103,6 +108,11 @@ for model, b, s in rows:
         est_table[(model, z)] = e
         print(cell(model, 12, True), cell(z, 5), cell(f"{zero_model_state_bytes(psi, z, 8) / GiB:.2f}", 17),
               cell(f"{e.total_bytes / GiB:.2f}", 10), cell(PHASE_ZH[e.peak_phase], 12))
+        key = model.replace("-", "_")
+        publish(f"{key}_z{z}_state_gib", zero_model_state_bytes(psi, z, 8) / GiB, fmt="{:.2f}")
+        publish(f"{key}_z{z}_peak_gib", e.total_bytes / GiB, fmt="{:.2f}")
+    if model == "gpt2-small":          # 正文对照：PyTorch 的 ZeroRedundancyOptimizer 加 autocast 时 ZeRO-1 是 9Ψ 字节
+        publish("gpt2_small_zero1_autocast_gib", 9 * psi / GiB, fmt="{:.2f}")
     print(f"  {model}：{psi:,} 个参数，批大小 {b}，序列长度 {s}")
 
 # %% [markdown]
@@ -130,9 +140,15 @@ t0 = time.perf_counter()
 ref = measure_workload(from_reference_name("small_bf16autocast_adamw_b8_s512"),
                                       backend=backend, fake=(backend == "sim"))
 e0 = est_table[("gpt2-small", 0)]
-print(f"H200 参考（max_memory_allocated）：7141 MiB")
+from vramlab.reference import reference_rows
+
+h200 = {r.name: r for r in reference_rows()}["small_bf16autocast_adamw_b8_s512"].steady_mib
+print(f"H200 参考（max_memory_allocated）：{h200} MiB")
 print(f"{'模拟设备（FakeTensorMode）' if backend == 'sim' else 'CUDA'} 稳态峰值：{ref.peak_bytes / MiB:.0f} MiB")
 print(f"估算器（ZeRO 0）：{e0.total_bytes / MiB:.0f} MiB")
+publish("h200_autocast_mib", h200)
+publish("sim_autocast_mib", ref.peak_bytes / MiB, fmt="{:.0f}")
+publish("est_autocast_mib", e0.total_bytes / MiB, fmt="{:.0f}")
 
 # %% [markdown]
 # 三个数字对得上：这就是“用 DDP 把 GPT-2 small 扩到 8 张卡”时每张卡要装的量，一分都不会少。
@@ -279,7 +295,7 @@ print("五种写法、两个 rank 的参数完全一致：", same)
 #
 # 下面是每个 rank 上的模型状态，和公式对照。设 $\Psi$ 为参数量、$N = 2$，FP32 + AdamW 时每个参数是权重 4、梯度 4、$m$ 和 $v$ 各 4 字节：DDP $16\Psi$，ZeRO-1 $8\Psi + 8\Psi/N$，FSDP2 $16\Psi/N$。
 
-# %%
+# %% tags=["states"]
 psi = count_params(MODEL)
 N = 2
 formula = {"ddp": 16 * psi, "ddp_view": 16 * psi, "ddp_zero1": 8 * psi + 8 * psi / N,
@@ -302,7 +318,7 @@ for kind in KINDS:
 #
 # ZeRO-1 这一行在 `tiny` 上正好均分，但这是运气。`ZeroRedundancyOptimizer` 按**整个参数张量**分给各个 rank：先把参数按元素个数从大到小排序，再依次交给当前总量最小的 rank（见 `torch/distributed/optim/zero_redundancy_optimizer.py` 的 `_partition_parameters`），不切开单个张量。用同样的规则在 meta 设备上（不占内存）给 `gpt2-mini` 和 `gpt2-small` 分一下：
 
-# %%
+# %% tags=["partition"]
 def zero1_partition(model_name, world):
     m = build_model(model_name, device="meta")
     sizes = [0] * world
@@ -316,6 +332,10 @@ for name, world in (("gpt2-mini", 2), ("gpt2-small", 8)):
     sizes, biggest, total = zero1_partition(name, world)
     per = " / ".join(f"{8 * x / MiB:.1f}" for x in sizes)
     print(cell(name, 12, True), cell(world, 3), cell(f"{biggest:,}", 22), cell(per, 40), cell(f"{8 * total / world / MiB:.1f}", 9))
+    key = name.replace("-", "_")
+    publish(f"{key}_partition_max_mib", 8 * max(sizes) / MiB, fmt="{:.1f}")
+    publish(f"{key}_partition_mean_mib", 8 * total / world / MiB, fmt="{:.1f}")
+    publish(f"{key}_partition_max_vs_mean", max(sizes) / (total / world), fmt="{:.1f}")
 
 # %% [markdown]
 # GPT-2 的词嵌入（50257 × 隐藏维度）是全模型最大的一个张量，输出层又和它共享权重：`gpt2-mini` 的词嵌入占了全部参数的三分之二，它的 $m$、$v$ 整个落在一个 rank 上，那个 rank 的优化器状态远高于平均值；其余 rank 反而更少。显存是否溢出看的是**最满的那张卡**，所以用 ZeRO-1 估算时要用最大的那份，而不是公式里的平均值 $K\Psi/N$。FSDP2 和 DeepSpeed 的 ZeRO 把每个张量都切开（FSDP2 沿第 0 维 `torch.chunk`），没有这个问题。
@@ -331,10 +351,17 @@ for kind in ("ddp", "ddp_view", "ddp_zero1"):
         tot = r["p"] + r["g"] + r["s"]
         print(cell(kind, 11, True), cell(rank, 5), cell(f"{tot / MiB:.2f}", 10), cell(f"{r['sim_alloc'] / MiB:.2f}", 15),
               cell(f"{(r['sim_alloc'] - tot) / MiB:.2f}", 9))
+        if rank == 0:
+            publish(f"{kind}_bucket_extra_mib", (r["sim_alloc"] - tot) / MiB, fmt="{:.2f}")
 print(f"\n参考：FP32 梯度总量 4Ψ = {4 * psi / MiB:.2f} MiB")
+publish("tiny_grad_mib", 4 * psi / MiB, fmt="{:.2f}")
 r = res[0]["fsdp2"]
 print(f"FSDP2（rank 0）：三类张量 {(r['p'] + r['g'] + r['s']) / MiB:.2f} MiB，模拟设备却记着 {r['sim_alloc'] / MiB:.2f} MiB"
       f"，其中存储已被 resize_(0) 的有 {r['ghost'] / MiB:.2f} MiB")
+publish("fsdp2_states_mib", (r["p"] + r["g"] + r["s"]) / MiB, fmt="{:.2f}")
+publish("fsdp2_sim_alloc_mib", r["sim_alloc"] / MiB, fmt="{:.2f}")
+publish("fsdp2_sim_extra_mib", (r["sim_alloc"] - r["p"] - r["g"] - r["s"]) / MiB, fmt="{:.2f}")
+publish("fsdp2_ghost_mib", r["ghost"] / MiB, fmt="{:.2f}")
 
 # %% [markdown]
 # - `ddp` 比三类张量多出约一份梯度（4Ψ，再加上分配器的取整）：DDP 在桶里另存了一份梯度用于全规约，反向时再把结果拷回 `.grad`。`ddp_view` 让 `.grad` 直接成为桶的视图，这一份就没了，和 PyTorch 文档说的“省下的显存等于梯度总量”一致。`ddp_zero1` 也带着这份桶。
@@ -383,6 +410,11 @@ for rank in range(4):
     r = res_hsdp[rank]["fsdp2"]
     print(cell(rank, 5), cell(f"{r['p'] / MiB:.2f}", 10), cell(f"{r['g'] / MiB:.2f}", 10), cell(f"{r['s'] / MiB:.2f}", 15),
           cell(f"{(r['p'] + r['g'] + r['s']) / MiB:.2f}", 10), cell(f"{r['wsum']:.6f}", 14))
+r = res_hsdp[0]["fsdp2"]
+for part, key in (("p", "param"), ("g", "grad"), ("s", "state")):
+    publish(f"hsdp_{key}_mib", r[part] / MiB, fmt="{:.2f}")
+publish("hsdp_total_mib", (r["p"] + r["g"] + r["s"]) / MiB, fmt="{:.2f}")
+publish("full_shard_4_mib", 16 * psi_t / 4 / MiB, fmt="{:.2f}")
 print(f"\n第 3、4 部分的多进程实验共用时 {time.perf_counter() - t0:.0f} 秒（只作参考，取决于机器负载）")
 
 # %% [markdown]

@@ -27,7 +27,12 @@ from vramlab.grader.core import GraderError, grade_file
 ROOT = Path(__file__).resolve().parent.parent
 ALTERNATIVES = sorted((ROOT / "tests" / "alternatives").glob("*/*.py"))
 MARGIN = 0.9
-THIN_MARGIN: dict[str, str] = {}      # exercise id -> why its alternatives may land inside the margin (none today)
+# exercise id -> why its alternatives may land inside the margin
+THIN_MARGIN: dict[str, str] = {
+    "ch08-allreduce": "the task allows a fixed small communication buffer; one kept alive through optimizer.step() "
+                      "adds its size to the step's peak, and the ci model's gradients are only 3.4 MiB: a 256 KiB "
+                      "buffer lands at 0.85 of the 0.93 target (one_bucket_alive_at_step), an in-place all-reduce at 0.83",
+}
 CODE_KEY = recorded_runs.code_key()
 _RECORDINGS = {e: recorded_runs.load(e) for e in {p.parent.name for p in ALTERNATIVES}}
 

@@ -72,7 +72,9 @@ TARGET_NOTE = ("Measured on the sim at ci scale (tiny, global batch 2 x 32, 2 ra
                "alive, so 5/6 = 0.833x whatever the shapes, 10.4% inside the target of 0.93x. At the earlier scale "
                "(global batch 4 x 64) the activations set the solution's peak and it landed at 0.88x, inside the target "
                "by 5% only. Freeing the flat buffer before optimizer.step() also reaches 0.833x: the concatenation "
-               "moment (gradients + flat copy) then ties with the step.")
+               "moment (gradients + flat copy) then ties with the step. 2026-12-05: a fixed 256 KiB buffer reused across "
+               "steps and alive through optimizer.step(), which the task allows, 0.852x / 0.853x: inside the target, "
+               "not the 10% margin (tests/test_alternatives.py THIN_MARGIN says why).")
 
 SPEC = ExerciseSpec(
     id="ch08-allreduce",

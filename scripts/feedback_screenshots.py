@@ -79,8 +79,8 @@ ATTEMPTS = {
 
 
         def train_step(model, optimizer, batch, device):
-            """分成 3 块，每块的平均损失除以块数：只有各块一样大时才等于整批的平均损失。"""
-            n_chunks = 3
+            """分成 4 块，每块的平均损失除以块数：只有各块一样大时才等于整批的平均损失。"""
+            n_chunks = 4
             total = 0.0
             for chunk in batch.chunk(n_chunks):
                 loss = model(input_ids=chunk, labels=chunk).loss / n_chunks

@@ -27,6 +27,8 @@ def format_result(r: dict, figure_path: str | None = None) -> str:
     status = "✅ 通过" if r.get("passed") else "❌ 未通过"
     lines.append(f"{status}  练习 {r['exercise']}  得分 {r['score']}/{r['max_score']}"
                  f"（{'模拟设备' if r.get('backend') == 'sim' else 'CUDA'}，规模 {r.get('scale')}）")
+    if r.get("hidden_failed"):      # the figures below are the visible case's, which passed
+        lines.append(f"  （下面几行是你看到的配置的结果，它通过了；没通过的是隐藏配置 {r['hidden_failed']}，见“说明”）")
     if r.get("kind") in ("estimate", "monitor"):      # ratio = worst relative error over the cases
         if r.get("ratio") is not None:
             lines.append(f"  误差最大的用例     你的结果 {fmt_bytes(r['peak_bytes'])}，实测 {fmt_bytes(r['baseline_peak_bytes'])}")

@@ -137,3 +137,20 @@ def test_the_exercise_list_points_learners_at_notebooks_not_answers(capsys):
     assert main(["exercises", "--instructor"]) == 0
     out = capsys.readouterr().out
     assert "solutions/ch07-checkpoint/ch07-checkpoint.ipynb" in out and "vramlab/exercises/ch07_checkpoint.py" in out
+
+
+def test_every_training_exercise_can_be_rebuilt():
+    """Each exercise whose function gets a model builds, with its arguments in the signature's order
+    (the finetune exercises: the model prepare_model gets, and the batch the grader trains on)."""
+    for exercise_id, spec in _exercises_with_setup():
+        s = vramlab.exercise_setup(exercise_id)
+        assert s.function == spec.function and len(s.args) == len(s.arg_names)
+        assert s.arg_names[0] in ("model", "student")
+        assert s.arg_names[-1] == "batch_size" or s.batch.dim() == 2
+
+
+def _exercises_with_setup():
+    from vramlab.exercises import EXERCISES
+    from vramlab.grader.kinds import get_kind
+
+    return [(i, s) for i, s in EXERCISES.items() if hasattr(get_kind(s.kind), "setup")]

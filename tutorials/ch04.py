@@ -37,6 +37,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, d
 import transformers
 import vramlab
 from vramlab.models import build_model
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 import unicodedata
@@ -55,6 +56,8 @@ transformers.logging.set_verbosity_error()       # 不显示与本章无关的�
 print(f"Python {platform.python_version()} | torch {torch.__version__} | numpy {np.__version__} | {platform.machine()}")
 print(f"显存后端：{backend}（{'NVIDIA GPU：' + torch.cuda.get_device_name(0) if backend == 'cuda' else 'CPU 上的模拟设备'}）")
 print(f"多进程启动方式：{torch.multiprocessing.get_start_method()}，CPU 核数：{os.cpu_count()}")
+publish("date", time.strftime("%Y-%m-%d"))
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 把 token 写成内存映射文件
@@ -81,6 +84,9 @@ del out                  # 写完就关掉：之后只读
 size = os.path.getsize(path)
 print(f"文件 {os.path.basename(path)}：{N_TOKENS:,} 个 token × 2 字节 = {size:,} 字节 = {size / MiB:.2f} MiB")
 print(f"同样的 token 若存成 int64（模型要的索引类型）：{N_TOKENS * 8 / MiB:.2f} MiB")
+publish("file_bytes", f"{size:,}")
+publish("file_mib", size / MiB, fmt="{:.2f}")
+publish("int64_mib", N_TOKENS * 8 / MiB, fmt="{:.2f}")
 
 # %% [markdown]
 # 再以只读模式（`mode="r"`）映射回来。映射本身不读数据：操作系统只在你访问某一页时才把它从磁盘读进页缓存（page cache）。切片得到的仍是一个指向文件的 `memmap`，只有 `.astype(np.int64)` 这一步才真正把**这一小段**复制进内存。
@@ -238,7 +244,7 @@ for epoch in range(2):
 #
 # `dev.to_device(t)` 在 GPU 上就是 `t.to("cuda", non_blocking=True)`，在模拟设备上是一次计入显存的复制；模拟设备上，`DataLoader` 拼批次要放在 `dev.host()` 里，表示那是主存里的张量（在 GPU 上 `dev.host()` 什么也不做）。
 
-# %%
+# %% tags=["compare"]
 STEPS = 3
 all_tokens = torch.from_numpy(np.asarray(data[: (N_TOKENS // SEQ_LEN) * SEQ_LEN], dtype=np.int64))
 print(f"主存里的整份数据：{tuple(all_tokens.shape)} {all_tokens.dtype}，{all_tokens.nbytes / MiB:.2f} MiB")
@@ -296,11 +302,15 @@ for name, r in results.items():
           + ", ".join(f"{v:.4f}" for v in r["losses"]))
 print(f"\n每步一个批次 / 整个数据集上显卡 = {per['peak'] / whole['peak']:.2f}")
 print("两种方式的损失完全相同：", whole["losses"] == per["losses"])
+publish("peak_whole_mib", whole["peak"] / MiB, fmt="{:.2f}")
+publish("peak_per_batch_mib", per["peak"] / MiB, fmt="{:.2f}")
+publish("peak_ratio", per["peak"] / whole["peak"], fmt="{:.2f}")
+publish("peak_diff_mib", (whole["peak"] - per["peak"]) / MiB, fmt="{:.2f}")
 
 # %% [markdown]
 # 在模拟设备上，`dev.breakdown()` 给出峰值那一刻显存里各类张量各占多少。数据集在训练开始之前就被复制上来了，不属于参数、梯度、优化器状态或激活值，记在“其他”（`other`）里：
 
-# %%
+# %% tags=["breakdown"]
 names = {"parameters": "参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
          "temporaries": "临时张量", "cuda_overhead": "cuBLAS 工作区", "other": "其他（含数据集）"}
 if whole["breakdown"]:
@@ -308,6 +318,9 @@ if whole["breakdown"]:
     for k, zh in names.items():
         print(cell(zh, 18, left=True) + cell(f"{whole['breakdown'].get(k, 0) / MiB:.2f}", 16)
               + cell(f"{per['breakdown'].get(k, 0) / MiB:.2f}", 14))
+    publish("dataset_on_device_mib", whole["breakdown"].get("other", 0) / MiB, fmt="{:.2f}")
+    publish("batch_on_device_mib", per["breakdown"].get("other", 0) / MiB, fmt="{:.2f}")
+    publish("cublas_each_mib", whole["breakdown"].get("cuda_overhead", 0) / 2 / MiB, fmt="{:.0f}")
 else:
     print("真实 GPU 上没有按类别的分解（CUDA 分配器不知道张量的用途）")
 

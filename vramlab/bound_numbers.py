@@ -21,8 +21,8 @@ Markdown source and counts, per chapter:
   line before: `<!-- not-output: 示意图 -->`.
 - unbound figures: numbers with a measuring unit (MiB, GiB, GB, ms, s, %, ×, 倍, GB/s, …) or a
   loss ("损失 3.21") in prose that are none of: bound ([[…]]); inside math or code; in a sentence
-  that cites (a footnote [^…], an external link, or a `scripts/probes/…` / `vramlab/data/…` file of
-  the project's own evidence); computed by hand (right after "=" or "≈",
+  that cites (a footnote [^…], an external link, or a code span naming a source file:
+  `c10/cuda/CUDACachingAllocator.cpp`, `scripts/probes/….py`, `vramlab/data/….md`); computed by hand (right after "=" or "≈",
   or in a clause that ends with "（算术…）", the style guide's marker, or inside a parenthesis
   that says 算术); listed in
   docs/hooks/unbound_figures.yml with a reason.
@@ -293,8 +293,8 @@ def prose(markdown: str) -> str:
     text = re.sub(r"^\[\^[^\]]+\]:.*(?:\n(?:[ \t]+.*|[ \t]*(?=\n[ \t]+\S)))*", lambda m: _blank(m.group()), text, flags=re.M)
     text = re.sub(r"\$\$.*?\$\$|\\\[.*?\\\]", lambda m: _blank(m.group()), text, flags=re.S)
     text = re.sub(r"(?<![\\$])\$(?!\s)(?:\\.|[^$\\\n])+?(?<!\s)\$|\\\(.*?\\\)", lambda m: _blank(m.group()), text)
-    # a code span naming the project's own evidence (a probe script, a data file) cites it
-    text = re.sub(r"`(?:scripts/probes/|vramlab/data/)[^`\s]+`", lambda m: CITE.ljust(len(m.group())), text)
+    # a code span naming a source file (PyTorch's, the project's probe scripts and data files) cites it
+    text = re.sub(r"`[\w.-]+(?:/[\w.-]+)+\.(?:py|cpp|h|cu|md|json|jsonl|txt)`", lambda m: CITE.ljust(len(m.group())), text)
     text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", lambda m: _blank(m.group()), text)
     text = REF.sub(lambda m: BOUND.ljust(len(m.group())), text)
     text = re.sub(r"\[\^[^\]\s]+\]", lambda m: CITE.ljust(len(m.group())), text)

@@ -25,6 +25,7 @@ import vramlab
 from vramlab.models import build_model, get_preset
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import from_reference_name, with_changes
 
@@ -37,6 +38,8 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 
 def pad(text, width):
@@ -116,7 +119,7 @@ for r in plain:
 #
 # 下面把每个 block 汇总，并和开了检查点（`gradient_checkpointing_enable`，`use_reentrant=False`）的同一次前向对比。
 
-# %%
+# %% tags=["saved"]
 def per_region(records):
     """按 block（或 block 之外的模块）汇总：保存次数、不同存储数、字节数（不含参数）。"""
     out = collections.OrderedDict()
@@ -176,6 +179,11 @@ for label, kw in [("不用检查点", None),
                   ("检查点，preserve_rng_state=False", {"use_reentrant": False, "preserve_rng_state": False})]:
     loss, g = grads_with(kw)
     print(pad(label, 44), pad(f"{loss:.6f}", 10), f"{(g - g0).abs().max().item():.3e}")
+    if kw and kw.get("preserve_rng_state") is False:
+        mantissa, exponent = f"{(g - g0).abs().max().item():.3e}".split("e")
+        publish("no_rng_grad_diff", f"{mantissa} \\times 10^{{{int(exponent)}}}")
+    elif kw:
+        publish("rng_grad_diff", f"{(g - g0).abs().max().item():.3e}")
 print(f"\n（梯度本身的最大绝对值约 {g0.abs().max().item():.3e}）")
 
 # %% [markdown]
@@ -203,7 +211,7 @@ for reentrant in (True, False):
 #
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`，NVIDIA H200，PyTorch 2.11.0+cu130，2026-11-29 实测，稳态 `max_memory_allocated`）里有三对“开/不开检查点”的配置。`vramlab.runner.measure_workload` 按表里的方法（随机初始化的 GPT-2、FP32 + AdamW、`labels = input_ids`，热身 1 步后测稳态峰值）在本机上再测一遍；名字里的 `ckpt` 对应 `model.gradient_checkpointing_enable()`。
 
-# %%
+# %% tags=["h200_pairs"]
 ref = {r.name: r for r in reference_rows()}
 PAIRS = [("small_fp32_adamw_b8_s512", "small_fp32_adamw_b8_s512_ckpt"),
          ("small_fp32_adamw_b32_s512", "small_fp32_adamw_b32_s512_ckpt"),
@@ -225,11 +233,38 @@ for base, ck in PAIRS:
     print(pad(base.replace("_fp32_adamw", ""), 34), pad(f"{ref[ck].steady_mib / ref[base].steady_mib:.3f}", 12),
           pad(f"{sim[ck].peak_bytes / sim[base].peak_bytes:.3f}", 14),
           f"{ref[ck].step_ms / ref[base].step_ms:.3f}（{ref[base].step_ms} → {ref[ck].step_ms} ms）")
+publish("sim_max_deviation", max(abs(sim[n].peak_bytes / MiB / ref[n].steady_mib - 1) for pair in PAIRS for n in pair), fmt="{:.2%}")
+
+# %% [markdown]
+# 正文引用的 H200 参考数据（同一张表）和由它们算出的比例也从这里发布：
+
+# %%
+for name in ("small_fp32_adamw_b8_s512", "small_fp32_adamw_b8_s512_ckpt", "small_fp32_adamw_b32_s512",
+             "small_fp32_adamw_b32_s512_ckpt", "medium_fp32_adamw_b8_s512", "medium_fp32_adamw_b8_s512_ckpt",
+             "small_fp32_adamw_b8x4accum_s512", "small_fp32_adamw_b8_s512_eager", "medium_bf16autocast_adamw_b8_s512_ckpt"):
+    key = name.replace("_fp32_adamw", "").replace("_s512", "")
+    publish(f"h200_{key}_mib", ref[name].steady_mib)
+    publish(f"h200_{key}_ms", ref[name].step_ms, fmt="{:.1f}")
+    publish(f"h200_{key}_reserved_mib", ref[name].reserved_mib)
+    publish(f"h200_{key}_gap_mib", ref[name].reserved_mib - ref[name].steady_mib)
+    publish(f"h200_{key}_ms_per_sample", ref[name].step_ms / (8 if "b8" in name and "x4" not in name else 32), fmt="{:.2f}")
+for base, ck in PAIRS:
+    key = base.replace("_fp32_adamw", "").replace("_s512", "")
+    publish(f"h200_{key}_ckpt_saving", 1 - ref[ck].steady_mib / ref[base].steady_mib, fmt="{:.1%}")
+    publish(f"h200_{key}_ckpt_saving_short", 1 - ref[ck].steady_mib / ref[base].steady_mib, fmt="{:.0%}")
+    publish(f"h200_{key}_ckpt_slower", ref[ck].step_ms / ref[base].step_ms - 1, fmt="{:.1%}")
+b32, acc = ref["small_fp32_adamw_b32_s512"], ref["small_fp32_adamw_b8x4accum_s512"]
+publish("h200_accum_slower", acc.step_ms / b32.step_ms - 1, fmt="{:.0%}")
+publish("h200_ckpt_saved_mib", ref["small_fp32_adamw_b8_s512"].steady_mib - ref["small_fp32_adamw_b8_s512_ckpt"].steady_mib)
+slow = [ref[ck].step_ms / ref[base].step_ms - 1 for base, ck in PAIRS]
+publish("h200_ckpt_slower_about", sum(slow) / len(slow), fmt="{:.0%}")
+print("H200：检查点省", ", ".join(f"{1 - ref[ck].steady_mib / ref[base].steady_mib:.1%}" for base, ck in PAIRS),
+      "；慢", ", ".join(f"{s:.1%}" for s in slow))
 
 # %% [markdown]
 # 最后一列的时间是 H200 参考表里记录的一步耗时（不是本机测的；CPU 上的模拟设备不计时间）。峰值时刻显存里都是什么？看 GPT-2 small 批大小 8 的分类统计：
 
-# %%
+# %% tags=["breakdown"]
 CATS = [("parameters", "参数"), ("gradients", "梯度"), ("optimizer_state", "优化器状态"),
         ("activations", "激活值"), ("temporaries", "临时张量"), ("cuda_overhead", "cuBLAS 工作区")]
 base, ck = sim["small_fp32_adamw_b8_s512"], sim["small_fp32_adamw_b8_s512_ckpt"]
@@ -238,6 +273,10 @@ for key, label in CATS:
     x, y = base.breakdown.get(key, 0) / MiB, ck.breakdown.get(key, 0) / MiB
     print(pad(label, 20), pad(f"{x:.1f}", 10), pad(f"{y:.1f}", 12), f"{y - x:+.1f}")
 print("\n峰值出现在：", base.peak_where or "（真 GPU 上没有这项信息）")
+for key in ("parameters", "activations", "temporaries", "cuda_overhead", "optimizer_state"):
+    publish(f"{key}_mib", base.breakdown.get(key, 0) / MiB, fmt="{:.1f}")
+    publish(f"ckpt_{key}_mib", ck.breakdown.get(key, 0) / MiB, fmt="{:.1f}")
+publish("ckpt_activation_saved_mib", (base.breakdown.get("activations", 0) - ck.breakdown.get("activations", 0)) / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # 省下来的全在“激活值”一行，其他几行几乎不动（优化器状态差的十几 MiB，是分配器在不同的分配顺序下复用、切分缓存块的差别：没有切分出去的块尾记在张量名下）。峰值出现在反向刚开始、对 log-softmax 求梯度的时候：这时 12 个 block 的激活值都还在，`[8, 512, 50257]` 的 FP32 log-softmax 输出和它的梯度（“临时张量”）也在。检查点只能压缩前者；开了检查点之后，“激活值”里剩下的大头就是 log-softmax 输出（$8 \times 512 \times 50257 \times 4$ 字节 ≈ 785 MiB）和 12 个 block 的输入（每个 12 MiB）。
@@ -272,6 +311,12 @@ for attention in ("sdpa", "eager"):
               f"{(m.peak_bytes - none) / none:+.1%}")
 eager_ref = ref["small_fp32_adamw_b8_s512_eager"].steady_mib
 print(f"\n对照：H200 参考表 small_fp32_adamw_b8_s512_eager = {eager_ref} MiB")
+for attention in ("sdpa", "eager"):
+    none = sel[attention, "none"].peak_bytes
+    for mode in ("none", "selective", "full"):
+        publish(f"{attention}_{mode}_mib", sel[attention, mode].peak_bytes / MiB, fmt="{:.1f}")
+        publish(f"{attention}_{mode}_change", abs(sel[attention, mode].peak_bytes - none) / none, fmt="{:.1%}")
+publish("sdpa_selective_saved_mib", (sel["sdpa", "none"].peak_bytes - sel["sdpa", "selective"].peak_bytes) / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # 用第 1 节的“单位”来读这张表：GPT-2 small 批大小 8、序列长度 512 时，1 个单位 = $8 \times 512 \times 768 \times 4$ 字节 = 12 MiB。
@@ -328,6 +373,7 @@ rows = [("不开检查点", sel["sdpa", "none"].peak_bytes),
 print(pad("GPT-2 small，b8 s512，SDPA", 40), "峰值 MiB")
 for label, peak in rows:
     print(pad(label, 40), f"{peak / MiB:.1f}")
+publish("sac_mib", sac_peak / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # 保存矩阵乘输出的策略落在两者之间：反向时不用重跑 `c_attn`、`c_fc` 这些最贵的矩阵乘，只重算 GELU、LayerNorm 这类逐元素运算和注意力核，显存则多出每个 block 的几个矩阵乘输出。在真 GPU 上，还可以把注意力核（例如 `aten._scaled_dot_product_efficient_attention.default`）也加进保存列表；模拟设备用自己的函数模拟 CUDA 的注意力核，不走这些 aten 算子，所以这里没有演示。
@@ -350,6 +396,11 @@ for k in KS:
     prev = peak
 per_block = (curve[0][0] - curve[12][0]) / 12 / MiB
 print(f"\n平均每个 block 省 {per_block:.1f} MiB = {per_block / 12:.2f} 个单位（1 个单位 = 12 MiB）")
+publish("blocks_peaks", "、".join(f"{curve[k][0] / MiB:.1f}" for k in KS))
+drops = [(curve[a][0] - curve[b][0]) / MiB for a, b in zip(KS, KS[1:])]
+publish("blocks_drop_range", f"{min(drops):.0f}–{max(drops):.0f}")
+publish("per_block_mib", per_block, fmt="{:.1f}")
+publish("per_block_units", per_block / 12, fmt="{:.2f}")
 
 # %% [markdown]
 # 峰值随检查点的 block 数线性下降，每个 block 省下约 27 个单位：第 1 节数出的约 28 个单位，减去检查点必须保存的 1 个单位的输入。哪几个 block 做检查点对峰值没有影响（峰值在反向刚开始时，所有 block 保存的东西都还在），所以 `every_n_layers=2` 与“任选 6 个 block”峰值相同。下面把曲线和两条时间线画出来。

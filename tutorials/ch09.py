@@ -36,9 +36,20 @@ import transformers
 import vramlab
 from vramlab.display import banner, pad, mib
 from vramlab.models import make_config
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()
 ON_GPU = banner()
+publish("date", time.strftime("%Y-%m-%d"))
+publish("torch", torch.__version__)
+
+
+def tex(x, digits=2):
+    """正文公式里的写法：够大的数照常写（digits 位有效数字），很小的写成 a × 10^n。"""
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{mantissa} \\times 10^{{{int(exponent)}}}"
 print("gloo 可用    ", dist.is_gloo_available())
 
 # %% [markdown]
@@ -150,7 +161,11 @@ def tp_mlp_train(x, p):
     x = CopyToTP.apply(x)                                      # f
     h = F.gelu(F.linear(x, p["fc_w"], p["fc_b"]), approximate="tanh")
     y = ReduceFromTP.apply(F.linear(h, p["pj_w"]))             # g
-    return y + p["pj_b"]
+    out = y + p["pj_b"]
+    # 全规约过的 y 到这里就没用了。gloo 的后台线程放开它对 y 的引用的时机每次都不同（见第 20 章教程），
+    # 先把存储还回去，前向后“多出多少”的读数才可重复
+    y.untyped_storage().resize_(0)
+    return out
 
 
 # %% [markdown]
@@ -367,7 +382,7 @@ print(f"2 个 rank 都已返回，用时 {time.perf_counter() - t0:.0f} 秒（�
 #
 # 先核对结果：张量并行的输出与整份计算的输出应当相同（只差浮点求和顺序带来的舍入）。然后看每个 rank 的已分配峰值（模拟设备的 `max_allocated`，从 $x$ 已在设备上时算起）。
 
-# %%
+# %% tags=["mlp_forward"]
 print(pad("rank", 6), pad("写法", 10), pad("峰值 MiB", 10), pad("其中 x MiB", 11), pad("与整份之比", 10), "与整份输出的最大差")
 for rank in range(WORLD):
     full, tp = res[rank]["mlp_full"], res[rank]["mlp_tp"]
@@ -378,6 +393,14 @@ for rank in range(WORLD):
 P_W = (4 * H * H + 4 * H + 4 * H * H + H) * 4
 print(f"\nMLP 的 FP32 权重：整份 {mib(P_W):.2f} MiB；每个 rank 一半 ≈ {mib(P_W) / 2:.2f} MiB（proj_bias 不切）")
 print(f"一个 [b, s, h] 的 FP32 张量 = {mib(B * T * H * 4):.2f} MiB，[b, s, 4h] = {mib(B * T * 4 * H * 4):.2f} MiB")
+full, tp = res[0]["mlp_full"], res[0]["mlp_tp"]
+publish("fwd_full_mib", mib(full["peak"]), fmt="{:.2f}")
+publish("fwd_tp_mib", mib(tp["peak"]), fmt="{:.2f}")
+publish("fwd_ratio", tp["peak"] / full["peak"], fmt="{:.3f}")
+publish("fwd_x_mib", mib(full["base"]), fmt="{:.2f}")
+publish("mlp_weights_mib", mib(P_W), fmt="{:.2f}")
+publish("bsh_mib", mib(B * T * H * 4), fmt="{:.2f}")
+publish("bs4h_mib", mib(B * T * 4 * H * 4), fmt="{:.2f}")
 
 # %% [markdown]
 # 整份写法的峰值由三样东西组成：整份权重、输入 $x$、以及前向中同时活着的两个 $[b, s, 4h]$ 张量（`fc` 的输出和 GeLU 的输出）。张量并行把权重和这两个 $[b, s, 4h]$ 都切成一半，但 $x$ 和输出 $y$ 仍是整份的 $[b, s, h]$：每个 rank 都要拿到完整的 $x$，也都得到完整的 $y$。所以比值比 0.5 高一些，高出的正是这些切不动的 $[b, s, h]$ 张量。
@@ -400,6 +423,13 @@ for rank in range(WORLD):
           f"x 梯度最大差 {(tp['x_grad'] - full['x_grad']).abs().max().item():.1e}，"
           f"fc 权重梯度（本 rank 的行）最大差 {(tp['fc_w_grad'] - full['fc_w_grad'][cols]).abs().max().item():.1e}")
 print(f"注意力按头切分：与整份注意力的最大差 rank 0 {res[0]['attn_err']:.1e}，rank 1 {res[1]['attn_err']:.1e}")
+full, tp = res[0]["train_full"], res[0]["train_tp"]
+publish("train_full_mib", mib(full["peak"]), fmt="{:.2f}")
+publish("train_tp_mib", mib(tp["peak"]), fmt="{:.2f}")
+publish("train_ratio", tp["peak"] / full["peak"], fmt="{:.3f}")
+publish("train_y_err", tex(max((res[r]["train_tp"]["y"] - res[r]["train_full"]["y"]).abs().max().item() for r in range(WORLD))))
+publish("train_xgrad_err", tex(max((res[r]["train_tp"]["x_grad"] - res[r]["train_full"]["x_grad"]).abs().max().item() for r in range(WORLD))))
+publish("attn_err", tex(max(res[r]["attn_err"] for r in range(WORLD))))
 
 # %% [markdown]
 # 这里的“设备上的权重”包括 LayerNorm 的参数（第 2 部分要用，这一项里没参与计算）。去掉 $f$ 会怎样？前向结果不变，但每个 rank 的 $\partial L/\partial x$ 只有自己那一半隐藏单元的贡献，再往前传的梯度就错了，而且不会报错。这是手写张量并行最隐蔽的一个坑。
@@ -417,6 +447,11 @@ for kind, name in (("full", "整份"), ("tp", "张量并行"), ("sp", "张量并
         print(pad(name, 20), pad(str(rank), 6), pad(f"{mib(r['held']):.2f}", 15), pad(f"{r['held'] / SBH:.2f}", 13),
               pad(f"{mib(r['out']):.2f}", 12))
 print(f"（1 个 sbh = [s, b, h] 的 FP32 张量 = {mib(SBH):.2f} MiB）")
+publish("sbh_mib", mib(SBH), fmt="{:.2f}")
+for kind in ("full", "tp", "sp"):
+    publish(f"held_{kind}_sbh", res[0][f"blk_{kind}"]["held"] / SBH, fmt="{:.2f}")
+publish("sp_extra_sbh", res[0]["blk_sp"]["held"] / SBH - 5, fmt="{:.2f}")
+publish("sp_extra_mib", mib(res[0]["blk_sp"]["held"] - 5 * SBH), fmt="{:.1f}")
 full = [res[r]["blk_full"] for r in range(WORLD)]
 for rank in range(WORLD):
     sp, tp = res[rank]["blk_sp"], res[rank]["blk_tp"]
@@ -425,6 +460,9 @@ for rank in range(WORLD):
           f"{(sp['y'] - full[rank]['y'][rows]).abs().max().item():.1e}；x 梯度最大差 "
           f"{(sp['x_grad'] - full[rank]['x_grad'][rows]).abs().max().item():.1e}；fc 权重梯度最大差 "
           f"{(sp['fc_w_grad'] - full[rank]['fc_w_grad'][cols]).abs().max().item():.1e}")
+publish("sp_err", tex(max(max((res[r]["blk_sp"]["y"] - full[r]["y"][res[r]["blk_sp"]["rows"]]).abs().max().item(),
+                              (res[r]["blk_sp"]["x_grad"] - full[r]["x_grad"][res[r]["blk_sp"]["rows"]]).abs().max().item())
+                          for r in range(WORLD))))
 
 # %% [markdown]
 # 按 FP32 数一数（每个 sbh 是一个 $[s, b, h]$ 张量）：整份时 `fc` 保存 LayerNorm 的输出（1 个 sbh）、GeLU 保存 `fc` 的输出（4）、`proj` 保存 GeLU 的输出（4），再加块的输出（1），共 10 个 sbh；LayerNorm 还保存它的输入 $x$，但 $x$ 在前向之前就在设备上了，不算在“多出”的里面（另有 LayerNorm 的均值和方差倒数，很小）。张量并行只把两个 $4h$ 宽的张量切成一半（4 → 2、4 → 2），LayerNorm 的输出和块的输出仍是整份：6 个 sbh。序列并行把这两样也切成一半：5 个 sbh，正好是整份的 $1/t$；表里的 5.17 多出的 0.5 MiB 来自模拟的 CUDA 缓存分配器的记账：一个 1.5 MiB 的请求复用了缓存里一块 2 MiB 的空闲块，剩下的 0.5 MiB 不到 1 MiB，按规则不切分，整块记在它名下（`dev.top_allocations()` 能看到），真卡上同样会有。块的输入 $x$ 本身在序列并行下也只有 $[s/t, b, h]$。这就是 Korthikanti 等人公式里 $10sbh$ 那一项（LayerNorm 和 dropout 的激活值）在序列并行下也除以 $t$ 的原因；真实模型里还有注意力和 dropout 掩码，第 4 部分用完整公式算。
@@ -439,6 +477,7 @@ for rank in range(WORLD):
     err = (d["y"] - res[rank]["mlp_full"]["y"]).abs().max().item()
     print(f"rank {rank}：本地权重形状 fc {d['shapes'][0]}，proj {d['shapes'][1]}；"
           f"placements {d['placements'][0]} / {d['placements'][1]}；与整份输出的最大差 {err:.1e}")
+publish("dtensor_err", tex(max((res[r]["dtensor"]["y"] - res[r]["mlp_full"]["y"]).abs().max().item() for r in range(WORLD))))
 
 # %% [markdown]
 # ## 3. 流水线并行：GPipe 与 1F1B 各挂着几个微批次
@@ -450,7 +489,7 @@ for rank in range(WORLD):
 #
 # 显存只取决于**本段**按什么顺序做前向和反向，与别的段何时做无关。所以可以在一个进程里逐段重放：对第 $s$ 段建一个新设备，放上它的那几层，按调度顺序执行——前向时输入是一个需要梯度的张量（代表从上一段收到的激活值），反向时用一个随机张量代表从下一段收到的梯度。模型用 GPT-2 small 的 12 个 block（$h = 768$），每个微批次 1 条、序列长度 512，$m = 8$。
 
-# %%
+# %% tags=["pipeline"]
 cfg = make_config("gpt2-small", "sdpa", 0.0)
 FAKE = not ON_GPU
 MB, SEQ, M = 1, 512, 8
@@ -516,6 +555,11 @@ print(f"\n对照：p = 2 时 1F1B 的第 0 段（6 层，参数 {mib(p2['params'
       f"去掉参数和梯度后 {mib(p2['peak'] - 2 * p2['params']):.1f} MiB")
 print(f"      p = 4 时 1F1B 的第 0 段（3 层，参数 {mib(o4['params']):.1f} MiB）峰值 {mib(o4['peak']):.1f} MiB，挂着 {o4['max_inflight']} 个；"
       f"去掉参数和梯度后 {mib(o4['peak'] - 2 * o4['params']):.1f} MiB")
+for key, r in (("p2", p2), ("p4", o4)):
+    publish(f"{key}_stage0_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"{key}_stage0_params_mib", mib(r["params"]), fmt="{:.1f}")
+    publish(f"{key}_stage0_act_mib", mib(r["peak"] - 2 * r["params"]), fmt="{:.1f}")
+    publish(f"{key}_stage0_inflight", r["max_inflight"])
 
 # %% [markdown]
 # GPipe 下每一段都挂着全部 8 个微批次；1F1B 下第 $s$ 段最多挂 $p - s$ 个，第 0 段最满。再看对照的两行：$p = 4$ 时第 0 段有 3 层、挂 4 个微批次，$p = 2$ 时第 0 段有 6 层、挂 2 个，“层数 × 微批次数”都是 12，去掉参数和梯度（峰值出现在第一次反向时，梯度已经分配，和参数一样大）之后的字节数几乎一样。这是 Korthikanti 等人指出的规律：1F1B 下第一段的激活值约等于“整个模型跑一个微批次”的激活值，与 $p$ 无关（$L/p$ 层 × $p$ 个微批次）。流水线切得再细，也只有参数（以及梯度、优化器状态）随 $p$ 变小。
@@ -575,6 +619,9 @@ for p, m in ((4, 1), (4, 4), (4, 8), (4, 16), (4, 32), (8, 32)):
     g, o = simulate("gpipe", p, m)[1], simulate("1f1b", p, m)[1]
     print(pad(str(p), 3), pad(str(m), 4), pad(f"{g:.3f}", 11), pad(f"{o:.3f}", 11), pad(f"{(p - 1) / (m + p - 1):.3f}", 15),
           f"{(p - 1) / m:.3f}")
+    if (p, m) == (4, 8):
+        publish("bubble_gpipe_p4_m8", g, fmt="{:.1%}")
+        publish("bubble_1f1b_p4_m8", o, fmt="{:.1%}")
 
 # %% [markdown]
 # 两种调度的气泡一模一样，都是 $(p-1)/(m+p-1)$（占总时间的比例）；Narayanan 等人写成 $(p-1)/m$，那是“气泡时间 / 理想计算时间”，分母不同，$m \gg p$ 时两者接近。1F1B 没有缩小气泡，它省的是显存。把 $p = 4$、$m = 8$ 的两种调度画出来（数字是微批次编号，浅色是前向、深色是反向）：
@@ -629,6 +676,12 @@ print(pad("做法", 22), pad("每层 MiB", 10), pad(f"{L} 层 GiB", 10))
 for name, kw in rows:
     v = act_per_layer(s, b, h, a, **kw)
     print(pad(name, 22), pad(f"{mib(v):.1f}", 10), pad(f"{v * L / GiB:.1f}", 10))
+    key = {"不并行": "none", "张量并行 t=8": "tp", "张量并行 + 序列并行": "sp", "+ 选择性重算": "selective",
+           "全量重算（不并行）": "full_recompute"}[name]
+    publish(f"gpt3_{key}_layer_mib", mib(v), fmt="{:.1f}")
+    publish(f"gpt3_{key}_model_gib", v * L / GiB, fmt="{:.1f}")
+publish("gpt3_sbh_mib", mib(s * b * h), fmt="{:.0f}")            # 公式里的 sbh 按字节计
+publish("gpt3_10sbh_mib", mib(10 * s * b * h), fmt="{:.0f}")
 print(f"5as/h = {5 * a * s / h:.0f}，比 34 还大：注意力分数那一项在这个形状下是大头")
 
 # %% [markdown]
@@ -647,6 +700,11 @@ for name, grid, fa, fx, fy, comm in schemes:
     print(pad(name, 20), pad(grid, 9), pad(f"1/{round(1 / fa)}", 9), pad(f"{mib(A * fa):.1f}", 8),
           pad(f"{mib(X * fx):.1f}", 8), pad(f"{mib(Y * fy):.1f}", 8), f"{comm:.3f}")
 print(f"整份：A {mib(A):.0f} MiB，X {mib(X):.0f} MiB，Y {mib(Y):.0f} MiB")
+publish("linear_a_rank_mib", mib(A / P), fmt="{:.1f}")
+publish("linear_a_25d_mib", mib(A / 16), fmt="{:.1f}")
+publish("linear_y_rank_mib", mib(Y / P), fmt="{:.1f}")
+publish("linear_x_1d_mib", mib(X), fmt="{:.1f}")
+publish("linear_x_rank_mib", mib(X / 64), fmt="{:.1f}")
 
 # %% [markdown]
 # 读法：1D 的权重切得和别的方案一样细，但每个 rank 都要一整份输入 $X$（384 MiB），这就是 Colossal-AI 表里 1D 的激活值是 $O(1)$ 的意思；序列并行正是为了补上这一块。2D / 2.5D / 3D 把激活值也切成 $1/P$（2.5D 的权重只切 $q^2$ 份，在 $d$ 层之间复制，用显存换更少的通信）。通信一列只是量级：它们的通信模式（广播、规约）和次数不同，实际快慢要看网络拓扑，不能直接拿这列数字比时间。

@@ -12,6 +12,7 @@
 # 没有 GPU 时，代码在 CPU 上的**模拟设备**里运行。第 1、2 节打开 FakeTensorMode：张量只有形状和类型、没有数据，GPT-2 small 一步几秒就能“跑”完，统计到的是 CUDA 缓存分配器会报告的数字。有 NVIDIA GPU 时，`vramlab.open_device("auto")` 会改用真卡。
 
 # %%
+import datetime
 import platform
 
 import torch
@@ -19,6 +20,7 @@ import transformers
 
 import vramlab
 from vramlab.models import build_model
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 ON_GPU = torch.cuda.is_available()
@@ -28,6 +30,8 @@ print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("vramlab     ", vramlab.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 一个训练步里，显存怎么涨、怎么落
@@ -71,6 +75,12 @@ print(f"建好模型后已分配：{mib(after_build):.1f} MiB（模型参数）\
 print(f"{pad('步', 4)}{pad('本步峰值 max_allocated', 26)}{pad('步末 allocated', 18)}{pad('步末 reserved', 18)}")
 for step, peak, alloc, res in step_rows:
     print(f"{step:<4}{mib(peak):>10.1f} MiB{'':12}{mib(alloc):>10.1f} MiB{'':4}{mib(res):>10.1f} MiB")
+    publish(f"step{step}_peak_mib", mib(peak), fmt="{:.1f}")
+    publish(f"step{step}_alloc_mib", mib(alloc), fmt="{:.1f}")
+    publish(f"step{step}_reserved_mib", mib(res), fmt="{:.1f}")
+publish("params_mib", mib(after_build), fmt="{:.1f}")
+publish("step_end_alloc_gib", step_rows[-1][2] / 2**30, fmt="{:.1f}")
+publish("first_step_gap_mib", mib(step_rows[1][1] - step_rows[0][1]), fmt="{:.0f}")
 
 # %% [markdown]
 # 读这张表要注意三点：
@@ -140,9 +150,16 @@ print(f"稳态峰值 {mib(snap['peak_bytes']):.1f} MiB，发生在：{snap['peak
 if snap["breakdown"]:
     for k, v in snap["breakdown"].items():
         print(f"{pad(NAMES[k], 26)}{mib(v):>10.1f} MiB  {v / snap['peak_bytes']:>6.1%}")
+        publish(f"peak_{k}_mib", mib(v), fmt="{:.1f}")
+        publish(f"peak_{k}_share", v / snap["peak_bytes"], fmt="{:.1%}")
     print()
 for r in top:
     print(f"{mib(r['bytes']):>8.1f} MiB  {r['category']:<16}{r['op']:<38}{r['where']}")
+if top:
+    publish("top_block_mib", mib(top[0]["bytes"]), fmt="{:.1f}")
+    publish("logits_exact_mib", 8 * 512 * 50257 * 4 / MiB, fmt="{:.1f}")
+    publish("top_block_tail_mib", mib(top[0]["bytes"]) - 8 * 512 * 50257 * 4 / MiB, fmt="{:.1f}")
+    publish("top3_share", sum(r["bytes"] for r in top[:3]) / snap["peak_bytes"], fmt="{:.0%}")
 
 # %% [markdown]
 # 峰值出现在反向传播的第一个算子（`LogSoftmaxBackward0`）里。此刻梯度还是 0：它们要等反向传播往回走才会逐个出现，而到那时，大部分激活值已经释放了。最大的三块都是 $8 \times 512 \times 50257$ 个 FP32 数的词表大小张量：`log_softmax` 的输出，以及反向传播里 `nll_loss` 和 `log_softmax` 各自算出的梯度。每块的数据是 $8 \times 512 \times 50257 \times 4$ 字节 ≈ 785.3 MiB（算术），记作 786 MiB，是因为请求本身只取整到 512 字节，但这个请求第一次出现时缓存里没有合适的空闲块，分配器新申请了一段（10 MiB 以上的新段按 2 MiB 取整，即 786 MiB），段尾剩下的不到 1 MiB 不再切分，整段记在这个张量名下（见第 11 章）。这正是“先找出峰值里最大的那一块”的价值：对这个配置，词表维度上的 logits 是一个很值得优化的目标。
@@ -163,18 +180,36 @@ MEANING = {
 for k, v in stats.items():
     shown = f"{mib(v):.1f} MiB" if k.endswith("bytes.all.current") or k.endswith("bytes.all.peak") else str(v)
     print(f"{k:<34}{shown:>12}   {MEANING[k]}")
+publish("cached_free_mib", mib(stats["reserved_bytes.all.current"] - stats["allocated_bytes.all.current"]), fmt="{:.0f}")
 
 # %% [markdown]
 # 把第 1 节的读数与 H200 参考表的基线行 `small_fp32_adamw_b8_s512` 对照（H200 实测，PyTorch 2.11.0+cu130，2026-11-29，来源：`vramlab/data/h200_gpt2_peaks.md`）：
 
 # %%
-H200 = {"第 1 步峰值 max_allocated": 6926, "稳态峰值 max_allocated": 7925, "已保留峰值 max_reserved": 8576}
+from vramlab.reference import reference_rows
+
+_base = {r.name: r for r in reference_rows()}["small_fp32_adamw_b8_s512"]      # H200 参考表的基线一行
+H200 = {"第 1 步峰值 max_allocated": _base.first_step_mib, "稳态峰值 max_allocated": _base.steady_mib,
+        "已保留峰值 max_reserved": _base.reserved_mib}
 ours = {"第 1 步峰值 max_allocated": mib(step_rows[0][1]),
         "稳态峰值 max_allocated": mib(max(r[1] for r in step_rows[1:])),
         "已保留峰值 max_reserved": mib(stats["reserved_bytes.all.peak"])}
 print(f"{pad('读数', 30)}{'H200 实测':>10}{'本次运行':>10}{'差异':>8}")
 for k, ref in H200.items():
     print(f"{pad(k, 30)}{ref:>8} MiB{ours[k]:>8.0f} MiB{ours[k] / ref - 1:>+10.2%}")
+for key, k in (("first", "第 1 步峰值 max_allocated"), ("steady", "稳态峰值 max_allocated"), ("reserved", "已保留峰值 max_reserved")):
+    publish(f"h200_{key}_mib", H200[k])
+    publish(f"sim_{key}_mib", ours[k], fmt="{:.0f}")
+publish("sim_h200_max_deviation", max(abs(ours[k] / H200[k] - 1) for k in H200), fmt="{:.2%}")
+publish("h200_warmup_gap_mib", _base.steady_mib - _base.first_step_mib)
+publish("h200_warmup_gap_share", (_base.steady_mib - _base.first_step_mib) / _base.steady_mib, fmt="{:.1%}")
+for key, name in (("base", "small_fp32_adamw_b8_s512"), ("b32_ckpt", "small_fp32_adamw_b32_s512_ckpt"),
+                  ("medium_ckpt", "medium_fp32_adamw_b8_s512_ckpt")):
+    r = {x.name: x for x in reference_rows()}[name]
+    publish(f"h200_{key}_alloc_mib", r.steady_mib)
+    publish(f"h200_{key}_reserved_mib", r.reserved_mib)
+    publish(f"h200_{key}_gap_mib", r.reserved_mib - r.steady_mib)
+    publish(f"h200_{key}_gap_share", r.reserved_mib / r.steady_mib - 1, fmt="{:.1%}")
 
 # %% [markdown]
 # `num_alloc_retries` 值得放进训练日志：它大于 0，说明分配器已经在“清缓存再试”的边缘挣扎，离 OOM 不远了，也往往意味着训练在变慢。
@@ -221,6 +256,11 @@ print(f"调用前已分配          {mib(base):8.1f} MiB")
 print(f"错误做法：返回后读    {mib(after):8.1f} MiB   （只比调用前多 {mib(after - base):.1f} MiB）")
 print(f"measure_peak 的峰值   {mib(peak):8.1f} MiB   （比调用前多 {mib(peak - base):.1f} MiB）")
 print(f"返回值释放后已分配    {mib(after_all):8.1f} MiB")
+publish("spiky_base_mib", mib(base), fmt="{:.1f}")
+publish("spiky_after_mib", mib(after), fmt="{:.1f}")
+publish("spiky_after_delta_mib", mib(after - base), fmt="{:.1f}")
+publish("spiky_peak_mib", mib(peak), fmt="{:.1f}")
+publish("spiky_peak_delta_mib", mib(peak - base), fmt="{:.1f}")
 
 # %% [markdown]
 # 错误做法报告的增量只有 64 MiB，真正的峰值增量是 320 MiB（64 + 256）。`reset_peak()` 把峰值计数器拉回到当前值，`max_allocated()` 读的是此后出现过的最高点，中间的尖峰一个也漏不掉，因为它是在**每一次分配时**更新的，而不是定时采样。
@@ -234,6 +274,9 @@ m = vramlab.measure(lambda: spiky("cuda" if ON_GPU else "cpu"), backend="auto")
 print(m)
 print(f"已分配峰值 {mib(m.peak_bytes):.1f} MiB，已保留峰值 {mib(m.reserved_peak_bytes):.1f} MiB，"
       f"结束时 reserved - allocated = {mib(m.fragmentation_bytes):.1f} MiB")
+publish("measure_peak_mib", mib(m.peak_bytes), fmt="{:.1f}")
+publish("measure_reserved_mib", mib(m.reserved_peak_bytes), fmt="{:.1f}")
+publish("measure_reserved_extra_mib", mib(m.reserved_peak_bytes - m.peak_bytes), fmt="{:.0f}")
 
 # %% [markdown]
 # 已保留峰值比已分配峰值多出的 2 MiB，来自 `tmp.sum()` 那个只有 4 字节的结果：不超过 1 MiB 的请求也要先向驱动要一整个 2 MiB 的“小段”，再从里面切 512 字节。缓存分配器的分段和取整规则见第 11 章。函数返回、结果也释放之后，已分配回到 0，已保留却还是 322 MiB：这就是 nvidia-smi 读数“降不下来”的原因。

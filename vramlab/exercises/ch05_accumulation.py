@@ -33,8 +33,9 @@ TARGET_NOTE = ("Measured on the sim at ci scale (tiny, batch 16, seq 128, cuBLAS
                "workspaces) plus 5.1 MiB per row of a micro-batch. Solution (micro-batch 2) 0.54x visible / 0.48x hidden; "
                "batch.chunk(4) weighted by rows 0.60x / 0.57x; micro-batches of 5 with the outputs kept 0.65x / 0.59x; "
                "two halves (8 / 10 rows) ~0.74x / ~0.73x: inside the target, not the 10% margin, in both cases. Target "
-               "0.75x; activation checkpointing alone reaches 0.71x, so the exercise also requires >= 2 model forwards per "
-               "step (technique=\"accumulation\"). The hidden batch is 19 rows, a prime above 16: every chunking "
+               "0.75x; activation checkpointing alone reaches 0.71x, so the exercise also requires >= 2 forward->backward "
+               "passes per step through the blocks, none with more than 75% of the batch's tokens "
+               "(technique=\"accumulation\"). The hidden batch is 19 rows, a prime above 16: every chunking "
                "leaves an uneven last chunk there (chunk(4): 5, 5, 5, 4; split(2): ..., 1; split(4): 4 x 4 + 3), so a "
                "loss divided by the chunk count is wrong, and a fixed-size micro-batch peaks no higher than visibly, so "
                "an honest chunking keeps its margin; 12 rows, the old hidden batch, let chunk(4) / 4 pass.")

@@ -146,7 +146,7 @@ class Probe:
         self.rec = {"passes": [], "open_rows": 0, "block_matmuls": 0, "block_matmuls_low": 0, "recomputed": 0,
                     "transitions": 0, "saved_total": 0, "saved_outside": 0}
         self.depth, self.seg_open, self.seg_rows, self.outside = 0, False, {}, {}
-        self.seen = self.tracked = 0
+        self.seen = self.tracked = self.in_optimizer = 0
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
         try:
             with self.mode:

@@ -36,6 +36,7 @@ import transformers
 
 import vramlab
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 
@@ -63,6 +64,9 @@ print(f"  transformers  : {transformers.__version__}")
 print(f"  safetensors   : {safetensors.__version__ if HAVE_SAFETENSORS else '未安装'}")
 print(f"  Python        : {platform.python_version()}（{platform.machine()}）")
 print(f"  日期          : {datetime.date.today().isoformat()}")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("safetensors", safetensors.__version__ if HAVE_SAFETENSORS else "未安装")
 
 # %% [markdown]
 # ## 1. 存储格式：每个参数几个字节，能表示多大的数
@@ -85,7 +89,7 @@ for r in rows:
 # %% [markdown]
 # 一个数超出 FP16 的范围会变成 `inf`，BF16 则只是丢掉一些有效数字：
 
-# %%
+# %% tags=["convert"]
 x = torch.tensor([70000.0, 1e-8, 1.0 + 1 / 512])
 print("原值 (FP32):", x.tolist())
 print("转成 FP16  :", x.to(torch.float16).float().tolist())
@@ -109,6 +113,11 @@ print(f"权重形状 {tuple(w.shape)}，{w.numel():,} 个参数")
 print(f"  FP32        : {w.numel() * 4:>10,} 字节")
 print(f"  BF16        : {w.numel() * 2:>10,} 字节，相对误差 {((w.bfloat16().float() - w).norm() / w.norm()).item():.2e}")
 print(f"  INT8 + scale: {bytes_int8:>10,} 字节（{scale.numel()} 个 FP32 scale），相对误差 {rel_err:.2e}")
+bf16_err = ((w.bfloat16().float() - w).norm() / w.norm()).item()
+publish("int8_bytes", f"{bytes_int8:,}")
+mantissa, exponent = f"{rel_err:.2e}".split("e")
+publish("int8_rel_err", f"{mantissa} \\times 10^{{{int(exponent)}}}")
+publish("int8_vs_bf16_err", rel_err / bf16_err, fmt="{:.1f}")
 del mini, w, q, w_hat, scale
 
 # %% [markdown]
@@ -119,6 +128,8 @@ print(cell("模型", 12, True) + cell("参数量", 16) + cell("FP32 GiB", 10) + 
 for name in ["gpt2-mini", "gpt2-small", "gpt2-medium", "llama-7b"]:
     n = count_params(name)
     print(f"{name:<12}{n:>16,}{n * 4 / 2**30:>10.2f}{n * 2 / 2**30:>10.2f}{n * 1 / 2**30:>10.2f}")
+    for dtype, nbytes in (("fp32", 4), ("bf16", 2), ("int8", 1)):
+        publish(f"{name.replace('-', '_')}_{dtype}_gib", n * nbytes / 2**30, fmt="{:.2f}")
 print("（INT8 一列不含 scale；算术结果，1 GiB = 2**30 字节）")
 
 # %% [markdown]
@@ -262,11 +273,16 @@ print(f"state_dict 里 {len(state)} 个张量，共 {total / MiB:.1f} MiB（BF16
 for p in sorted(work.rglob("*")):
     if p.is_file():
         print(f"  {str(p.relative_to(work)):<52}{p.stat().st_size / MiB:>8.1f} MiB")
+publish("checkpoint_mib", total / MiB, fmt="{:.1f}")
+publish("checkpoint_bytes", f"{total:,}")
+publish("wte_mib", state["transformer.wte.weight"].nbytes / MiB, fmt="{:.2f}")
+if HAVE_SAFETENSORS:
+    publish("first_shard_mib", (work / "sharded" / "model-00001-of-00003.safetensors").stat().st_size / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # 分片索引文件长这样（节选）：`weight_map` 告诉加载器每个张量在哪一片里，`total_size` 是所有张量的字节数。
 
-# %%
+# %% tags=["index"]
 if HAVE_SAFETENSORS:
     index = json.loads((work / "sharded" / "model.safetensors.index.json").read_text())
     print(json.dumps(index["metadata"]))
@@ -353,6 +369,9 @@ if sys.platform.startswith("linux"):
             return f"{(r[stage][key] - r['before'][key]) / MiB:.1f}"
         print(cell(label, 34, True) + cell(d("loaded", "RssAnon"), 11) + cell(d("loaded", "RssFile"), 13)
               + cell(d("done", "RssAnon"), 11) + cell(d("done", "RssFile"), 13) + cell(d("done", "VmHWM"), 10))
+        for stage, key, name in (("loaded", "RssAnon", "loaded_anon"), ("loaded", "RssFile", "loaded_file"),
+                                 ("done", "RssAnon", "done_anon"), ("done", "RssFile", "done_file"), ("done", "VmHWM", "peak_rss")):
+            publish(f"host_{how}_{name}_mib", (r[stage][key] - r["before"][key]) / MiB, fmt="{:.1f}")
 else:
     print("这一节读 /proc/self/status，只在 Linux 上有数字。")
 
@@ -377,7 +396,7 @@ else:
 #
 # 在主存上做类型转换、再拷到设备，是为了让设备上不出现 FP32 的临时张量；这里的检查点本来就是 BF16，`.to()` 不会复制。
 
-# %%
+# %% tags=["ways"]
 def load_sharded(model, folder, dev, dtype=torch.bfloat16):
     """把分片检查点逐片装进 meta 设备上的 model。"""
     index = json.loads((Path(folder) / "model.safetensors.index.json").read_text())
@@ -406,6 +425,10 @@ if HAVE_SAFETENSORS:
     print("与 (2) 直接 BF16 构建的参数值完全相同吗？",
           all(torch.equal(loaded_values[k], values_2[k]) for k in values_2))
     table(["(1) FP32 后转 BF16", "(2) 直接 BF16", "(3) meta + to_empty", "(4) meta + 逐片 assign"])
+    for k, (peak, final, wbytes, _) in results.items():
+        publish(f"way{k[1]}_peak_mib", peak / MiB, fmt="{:.1f}")        # "(1) …" -> way1_…
+        publish(f"way{k[1]}_ratio", peak / wbytes, fmt="{:.2f}")
+    publish("bf16_weights_mib", wbytes / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # ## 6. 放大到 7B：只看形状的模拟
@@ -425,6 +448,11 @@ for name in ["gpt2-small", "llama-7b"]:
             wb = param_bytes(m)
             print(cell(name, 12, True) + cell(label, 18, True) + cell(f"{dev.max_allocated() / MiB:.1f}", 10)
                   + cell(f"{wb / MiB:.1f}", 15) + cell(f"{dev.max_allocated() / wb:.2f}", 11))
+            key = f"{name.replace('-', '_')}_{'fp32_then_bf16' if convert else 'bf16'}"
+            publish(f"fake_{key}_peak_mib", dev.max_allocated() / MiB, fmt="{:.1f}")
+            publish(f"fake_{key}_ratio", dev.max_allocated() / wb, fmt="{:.2f}")
+            if not convert:
+                publish(f"fake_{name.replace('-', '_')}_weights_mib", wb / MiB, fmt="{:.1f}")
             del m
 
 # %% [markdown]

@@ -96,7 +96,7 @@ def published(nb: dict, chapter: str = "") -> dict[str, str]:
                 continue
             name = record.get("name", "")
             if name in values:
-                raise BindingError(f"{chapter} 的教程发布了两次 {name!r}：名字在一章里必须唯一")
+                raise BindingError(f"{chapter or '这份'}教程发布了两次 {name!r}：名字在一章里必须唯一")
             values[name] = str(record.get("value", ""))
     return values
 

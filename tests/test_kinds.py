@@ -463,6 +463,14 @@ SUBLAYER_CHECKPOINT = '''    for block in model.transformer.h:
                 sub._plain = sub.forward
                 sub.forward = lambda *a, _f=sub._plain, **k: checkpoint(_f, *a, use_reentrant=False, **k)
 ''' + PLAIN
+SELECTIVE_CHECKPOINT = '''    import functools
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    context = functools.partial(create_selective_checkpoint_contexts, lambda ctx, op, *a, **k: CheckpointPolicy.PREFER_RECOMPUTE)
+    for block in model.transformer.h:
+        if not hasattr(block, "_plain"):
+            block._plain = block.forward
+            block.forward = lambda *a, _f=block._plain, **k: checkpoint(_f, *a, use_reentrant=False, context_fn=context, **k)
+''' + PLAIN
 SHADOW_HOOKS_FAKE_RECOMPUTE = '''    x = torch.zeros(1, model.config.n_embd)
 
     def unpack(t):                       # a block module "recomputed" during backward: nothing is
@@ -506,6 +514,7 @@ HIDE_FROM_PROBE = '''    probe_mode = torch._C._pop_torch_dispatch_stack(None)  
     ("autocast", TRUNK_AUTOCAST),                   # bf16 trunk, fp32 head and loss
     ("autocast", BLOCK_AUTOCAST),                   # autocast as a decorator on each block's forward
     ("checkpoint", SUBLAYER_CHECKPOINT),            # attention and MLP checkpointed separately
+    ("checkpoint", SELECTIVE_CHECKPOINT),           # torch's selective checkpoint (its own dispatch mode on top)
 ])
 def test_the_technique_is_seen_at_the_blocks_whatever_calls_them(technique_name, body, starter_probe):
     assert technique.CHECKS[technique_name](starter_probe, run_probe(body)) is None

@@ -104,9 +104,19 @@ def _line_of(source: str, tex: str) -> int:
     return 0
 
 
+def _bound(source: str, page: str) -> str:
+    """The page with its [[chNN.name]] references filled in, as the build does before arithmatex runs
+    (docs/hooks/bound_numbers.py; a reference may sit inside a formula). Line numbers are kept."""
+    from vramlab import bound_numbers as bn
+
+    # the same substitution as the build (outside code); output includes left out, so lines stay put
+    kept = source.replace("<!-- nb-output", "<!-- kept-include")
+    return bn.expand(kept, page).replace("<!-- kept-include", "<!-- nb-output")
+
+
 def page_formulas(path: Path) -> list[dict]:
     """The formulas pymdownx.arithmatex finds in a page (what the site hands to KaTeX)."""
-    source = _read(path)
+    source = _bound(_read(path), _rel(path))
     out = []
     for kind, body in _ARITHMATEX.findall(_page_markdown().convert(source)):
         body = html.unescape(body).strip()

@@ -28,7 +28,7 @@ means "the frozen base linear weights are NF4"; see `qlora_weight_bytes`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .models import Preset, get_preset
 from .workload import Workload, WorkloadError
@@ -114,16 +114,49 @@ def matmul_weight_params(p: Preset) -> int:
     return p.n_layers * per_block + head
 
 
-def lora_params(model: str | Preset, rank: int) -> int:
+def lora_target_names(p: Preset, targets: str = "default") -> tuple[str, ...]:
+    """Which Linear layers LoRA adapts (names of `linear_shapes`, "mlm" = BERT's MLM transform),
+    for each choice of `Workload.lora_targets` (the runner passes the same to peft):
+
+        default     peft's default (LORA_TARGETS): GPT-2 c_attn; BERT and Llama-style q and v
+        qkvo        every attention projection (GPT-2: c_attn and the attention's c_proj)
+        all-linear  every Linear of the blocks (and BERT's MLM transform), never the output layer;
+                    Mixtral: the attention projections (its router and experts are not nn.Linear)
+    """
+    if targets == "default":
+        return LORA_TARGETS[p.family]
+    if targets == "qkvo":
+        return ("qkv", "o") if p.family == "gpt2" else ("q", "k", "v", "o")
+    if targets == "all-linear":
+        return tuple(k for k in linear_shapes(p) if k != "router") + (("mlm",) if p.family == "bert" else ())
+    raise WorkloadError(f"--lora-targets 不支持 {targets!r}；可选：default、qkvo、all-linear")
+
+
+def lora_shapes(p: Preset, targets: str = "default") -> list[tuple[int, int]]:
+    """(in, out) of every adapted Linear of the model."""
+    shapes = linear_shapes(p)
+    names = lora_target_names(p, targets)
+    out = [shapes[t][:2] for t in names if t != "mlm"] * p.n_layers
+    return out + ([(p.hidden, p.hidden)] if "mlm" in names else [])
+
+
+def lora_params(model: str | Preset, rank: int, targets: str = "default") -> int:
     """LoRA adapter size (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"):
     each adapted d_in x d_out weight gains A (r x d_in) and B (d_out x r): r·(d_in + d_out) params.
 
-    Targets are peft's defaults per family (GPT-2: c_attn, so r=8 on GPT-2 small gives
-    12 · 8 · (768 + 2304) = 294,912 trainable parameters).
+    With peft's default targets, r=8 on GPT-2 small (c_attn) gives 12 · 8 · (768 + 2304) = 294,912
+    trainable parameters; `targets` as in `lora_target_names`.
     """
     p = get_preset(model) if isinstance(model, str) else model
-    shapes = linear_shapes(p)
-    return p.n_layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in LORA_TARGETS[p.family])
+    return sum(rank * (i + o) for i, o in lora_shapes(p, targets))
+
+
+def nf4_bytes(n: int) -> int:
+    """One bitsandbytes Linear4bit weight of n values, as the simulated device's stand-in stores it:
+    packed 4-bit values (n/2 bytes), an 8-bit absmax per 64-value block and an fp32 constant per 256
+    blocks (double quantization) - Dettmers et al. 2023, "QLoRA", Sec. 3: ≈ 0.516 bytes/value."""
+    blocks = -(-n // 64)
+    return (n + 1) // 2 + blocks + 4 * -(-blocks // 256)
 
 
 def qlora_weight_bytes(n_params: int) -> float:
@@ -134,22 +167,66 @@ def qlora_weight_bytes(n_params: int) -> float:
     return n_params * (0.5 + 1 / 64 + 4 / (64 * 256))
 
 
+def quantized_shapes(p: Preset) -> list[tuple[int, int]]:
+    """(in, out) of every Linear QLoRA stores in 4 bits: all nn.Linear layers of the blocks (and
+    BERT's MLM transform), not the output layer, as transformers' BitsAndBytesConfig does."""
+    shapes = [s[:2] for k, s in linear_shapes(p).items() if k != "router"] * p.n_layers
+    return shapes + ([(p.hidden, p.hidden)] if p.family == "bert" else [])
+
+
+def trainable_shapes(p: Preset, w: Workload) -> list[tuple[int, ...]]:
+    """The shape of every trainable tensor, in `model.parameters()` order (optimizers keep state
+    per tensor; the for-loop optimizers' temporaries depend on neighbours)."""
+    if w.lora_rank:
+        r = w.lora_rank
+        return [s for i, o in lora_shapes(p, w.lora_targets) for s in ((r, i), (o, r))]
+    h, V, c = p.hidden, p.vocab, p.config
+    lin = {k: [(o, i)] + ([(o,)] if b else []) for k, (i, o, b) in linear_shapes(p).items()}
+    if p.family == "gpt2":      # wte, wpe; ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj; ln_f
+        block = [(h,), (h,)] + lin["qkv"] + lin["o"] + [(h,), (h,)] + lin["up"] + lin["down"]
+        return [(V, h), (c["n_positions"], h)] + block * p.n_layers + [(h,), (h,)]
+    if p.family == "bert":      # embeddings; q, k, v, o, LN, intermediate, output, LN; MLM head
+        block = lin["q"] + lin["k"] + lin["v"] + lin["o"] + [(h,), (h,)] + lin["up"] + lin["down"] + [(h,), (h,)]
+        return ([(V, h), (c["max_position_embeddings"], h), (2, h), (h,), (h,)] + block * p.n_layers
+                + [(h, h), (h,), (h,), (h,), (V,)])
+    block = lin["q"] + lin["k"] + lin["v"] + lin["o"]
+    if p.family == "llama":
+        block += lin["gate"] + lin["up"] + lin["down"]
+    else:
+        e, f = c["num_local_experts"], p.ffn_hidden
+        block += lin["router"] + [(e, 2 * f, h), (e, h, f)]
+    block += [(h,), (h,)]
+    return [(V, h)] + block * p.n_layers + [(h,)] + ([] if c.get("tie_word_embeddings") else [(V, h)])
+
+
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # Model states: weights, gradients, optimizer state
 # ---------------------------------------------------------------------------------------------
 
-def optimizer_state_bytes(optimizer: str, n_params: int, state_bytes: int, factored_elements: int | None = None) -> int:
-    """Bytes of optimizer state for `n_params` trainable parameters stored at `state_bytes` each.
+BNB_BLOCKSIZE = 256          # bitsandbytes 0.50: Optimizer2State.init_state, blocksize = 256
+BNB_MIN_8BIT_SIZE = 4096     # smaller tensors keep fp32 state (AdamW8bit's min_8bit_size default)
+
+
+def optimizer_state_bytes(optimizer: str, n_params: int, state_bytes: int, factored_elements: int | None = None,
+                          shapes: list | None = None) -> int:
+    """Bytes of optimizer state for `n_params` trainable parameters stored at `state_bytes` each
+    (`shapes`: the trainable tensors, for the optimizers that keep state per tensor).
 
     - SGD: none. SGD + momentum: 1 buffer per parameter.
     - AdamW (Loshchilov & Hutter 2019): 2 buffers, m and v (PyTorch keeps them in the param dtype).
-    - 8-bit AdamW (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization"): m and v as
-      uint8 = 2 bytes/param, plus one fp32 absmax per 2048-value block per state (bitsandbytes
-      default block size), i.e. 2 + 2·4/2048 bytes/param.
-    - Adafactor (Shazeer & Stern 2018): the second moment of an r x c matrix is factored into a row
-      vector (r) and a column vector (c); vectors (biases, norms) keep a full second moment. No first
-      moment (torch.optim.Adafactor, beta1=None). `factored_elements` = Σ(r + c) over matrices
-      + the size of every vector (see `adafactor_factored_elements`); default: as if one square matrix.
+    - 8-bit AdamW (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization";
+      bitsandbytes 0.50, bitsandbytes/optim/optimizer.py, Optimizer2State.init_state): m and v as
+      uint8 = 2 bytes/param, plus one fp32 absmax per 256-value block per state
+      (`blocksize = 256`; older releases used 2048), i.e. 2 + 2·4/256 = 2.03 bytes/param;
+      a tensor of fewer than 4096 values (min_8bit_size: biases, norms) keeps two fp32 states.
+    - Adafactor (Shazeer & Stern 2018; torch.optim.Adafactor): the second moment of a matrix
+      [..., r, c] is kept as a row vector [..., r, 1] and a column vector [..., 1, c]; vectors
+      (biases, norms) keep a full second moment; no first moment. `factored_elements` = Σ(r + c)
+      over matrices + the size of every vector (see `adafactor_factored_elements`).
     """
     if optimizer == "sgd":
         return 0
@@ -158,27 +235,34 @@ def optimizer_state_bytes(optimizer: str, n_params: int, state_bytes: int, facto
     if optimizer == "adamw":
         return 2 * n_params * state_bytes
     if optimizer == "adamw8bit":
-        return int(n_params * (2 + 2 * 4 / 2048))
+        if shapes is None:
+            return int(n_params * (2 + 2 * 4 / BNB_BLOCKSIZE))
+        total = 0
+        for s in shapes:
+            n = _numel(s)
+            total += 8 * n if n < BNB_MIN_8BIT_SIZE else 2 * n + 2 * 4 * -(-n // BNB_BLOCKSIZE)
+        return total
     if optimizer == "adafactor":
         if factored_elements is None:
-            factored_elements = 2 * math.isqrt(n_params)
+            factored_elements = (sum(adafactor_elements(s) for s in shapes) if shapes is not None
+                                 else 2 * math.isqrt(n_params))
         return factored_elements * state_bytes
     raise WorkloadError(f"未知优化器 {optimizer!r}")
 
 
-def adafactor_factored_elements(p: Preset, lora_rank: int = 0) -> int:
+def adafactor_elements(shape) -> int:
+    """torch.optim.Adafactor's state for one tensor: row_var [..., r, 1] + col_var [..., 1, c], or
+    the full variance for a vector."""
+    if len(shape) < 2:
+        return _numel(shape)
+    lead = _numel(shape[:-2])
+    return lead * (shape[-2] + shape[-1])
+
+
+def adafactor_factored_elements(p: Preset, lora_rank: int = 0, targets: str = "default") -> int:
     """Adafactor's second-moment size: rows + columns of every matrix, full size for vectors."""
-    h = p.hidden
-    if lora_rank:   # each adapted weight has A (r x d_in) and B (d_out x r)
-        return p.n_layers * sum(2 * lora_rank + linear_shapes(p)[t][0] + linear_shapes(p)[t][1]
-                                for t in LORA_TARGETS[p.family])
-    rows_cols = sum(i + o + (o if b else 0) for i, o, b in linear_shapes(p).values())
-    if p.family == "mixtral":   # experts stored as 3-D tensors: factor the last two dims per expert
-        rows_cols += p.config["num_local_experts"] * 3 * (h + p.ffn_hidden)
-    per_block = rows_cols + (2 * h if p.family in ("llama", "mixtral") else 4 * h)
-    embeddings = p.vocab + h + (p.config.get("n_positions", p.config.get("max_position_embeddings", 0)) + h
-                                if p.family in ("gpt2", "bert") else 0)
-    return p.n_layers * per_block + embeddings + 2 * h
+    w = Workload(model=p.name, lora_rank=lora_rank, lora_targets=targets)
+    return sum(adafactor_elements(s) for s in trainable_shapes(p, w))
 
 
 def zero_model_state_bytes(params: int, stage: int, n_gpus: int, k: int = 12, weight_bytes: int = 2) -> int:
@@ -202,32 +286,8 @@ def zero_model_state_bytes(params: int, stage: int, n_gpus: int, k: int = 12, we
     return int(w / shard[0] + g / shard[1] + s / shard[2])
 
 
-@dataclass(frozen=True)
-class _Bytes:
-    """Bytes per element by role, for a precision mode.
-
-    param/state: weights and optimizer state. act: matmul inputs/outputs (what autocast lowers).
-    res: residual stream and LayerNorm inputs. f32op: outputs of ops autocast keeps in fp32
-    (pow, tanh, softmax, layer_norm...; see torch.amp docs "CUDA Ops that can autocast to float32").
-    lora_in: the input saved by a LoRA A matrix (peft upcasts adapters to fp32 and casts x to them).
-    """
-    param: int
-    act: int
-    res: int
-    f32op: int
-    lora_in: int
-
-
-def _bytes_of(w: Workload) -> _Bytes:
-    if w.precision == "fp32":
-        return _Bytes(4, 4, 4, 4, 4)
-    if w.mixed:      # fp32 weights, 16-bit matmuls, fp32 residual stream (16-bit + fp32 -> fp32)
-        return _Bytes(4, 2, 4, 4, 2)
-    return _Bytes(2, 2, 2, 2, 4)   # pure 16-bit
-
-
 # ---------------------------------------------------------------------------------------------
-# Activations: what autograd saves, per tensor
+# Activations: a symbolic forward pass that records what autograd saves
 # ---------------------------------------------------------------------------------------------
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, selective: bool = False) -> int:
@@ -239,195 +299,520 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, selective: bool = Fa
     34·sbh = attention 11 (QKV input 2, Q and K 4, V 2, out-proj input 2, dropout mask 1)
            + MLP 19 (input 2, GeLU input 8, GeLU output 8, dropout mask 1) + two LayerNorm inputs 4.
     5·a·s²·b: the attention score softmax output (2), its dropout mask (1) and dropout output (2).
-    Selective recomputation (their Sec. 4.2) recomputes the attention core and keeps only 34·sbh.
+    Their selective recomputation (Sec. 4.2) recomputes the attention core only and keeps 34·sbh.
+    `saved_per_block` reproduces both for GPT-2 in fp16 with eager attention, dropout and a
+    single-kernel GeLU (tests/test_estimate.py).
     """
     return s * b * h * 34 if selective else s * b * h * 34 + 5 * a * s * s * b
 
 
-def _saved_attention(w: Workload, p: Preset, d: _Bytes, n: int, o_trainable: bool) -> list[tuple[str, int]]:
-    """Tensors the attention core saves, for N = B·S tokens.
+class _T:
+    """A tensor of the symbolic forward: `n` elements of `b` bytes; `rg`: requires grad; `base`:
+    the tensor whose storage it views (saving a view keeps the whole storage)."""
+    __slots__ = ("n", "b", "rg", "id", "base")
 
-    SDPA on CUDA (FlashAttention, Dao et al. 2022; or the memory-efficient kernel for fp32) saves
-    only q, k, v, the output and an fp32 logsumexp [B, heads, S rounded up to 32]: no s² scores,
-    and attention dropout is regenerated from the RNG seed, so no mask either.
-    Eager attention materialises the B·heads·S² scores: the softmax output is saved (fp32 under
-    autocast, plus the 16-bit copy the next matmul saves), and with dropout a 1-byte bool mask and
-    the dropout output too. q, k, v are copied by matmul (the head-transposed views can't be
-    reshaped to 3-D), so eager also stores 3 q/k/v-sized tensors and a contiguous copy of the output.
+    def __init__(self, n, b, rg, id_, base=None):
+        self.n, self.b, self.rg, self.id, self.base = n, b, rg, id_, base
+
+
+class _Op:
+    """One backward node: its output, the inputs that get a gradient, what it saved (brought back
+    to the device one node at a time under save_on_cpu) and the temporaries its backward adds.
+    `alias`: the gradient passes through unchanged to inputs of the output's dtype (an add)."""
+    __slots__ = ("out", "ins", "unpack", "temp", "alias", "saved", "attn")
+
+    def __init__(self, out, ins, unpack=0, temp=0, alias=False, saved=(), attn=False):
+        self.out, self.ins, self.unpack, self.temp, self.alias, self.saved = out, ins, unpack, temp, alias, saved
+        self.attn = attn     # inside the attention module (what selective checkpointing recomputes)
+
+
+class _Forward:
+    """Walks one forward pass of a Hugging Face model the way autograd sees it, records every
+    tensor saved for backward (once per storage) and a tape of backward nodes. The rules, each
+    read off PyTorch or the library:
+
+    * dtypes. fp32: everything fp32. Pure 16-bit: weights, activations and the residual stream in
+      16 bits. Mixed (fp32 weights under `torch.autocast`): matmuls (and SDPA) cast their inputs to
+      16 bits and return 16 bits; layer_norm, pow, softmax run in fp32; any 16-bit + fp32 sum is
+      fp32, so the residual stream stays fp32. QLoRA (`Workload.qlora`): peft's
+      prepare_model_for_kbit_training casts every non-4-bit parameter to fp32 and bitsandbytes'
+      Linear4bit returns its input's dtype, so the stream is fp32 in every precision.
+    * Linear: its input is saved only if its weight trains (the weight gradient needs it); under
+      autocast that is the 16-bit cast, one per layer (casts of non-leaf tensors are not cached).
+      A frozen fp32 weight under autocast is cast anew at each use; the copy is saved by the
+      matmul when the input needs a gradient (aten/src/ATen/autocast_mode.cpp, cached_cast: only
+      leaf tensors that require grad are cached). A 4-bit layer saves only its packed weight.
+    * LoRA (peft 0.21, lora.Linear.forward): adapters are fp32; x is cast to fp32 for lora_A
+      (a copy unless x is fp32 already), then autocast casts it back to 16 bits (another copy):
+      each adapted layer saves its own copy except in fp32. lora_A's r-wide output is saved too.
+    * LayerNorm saves its input and per-token mean and rstd; HF's RMSNorm saves x.float() and
+      rsqrt, plus the normalised x when its weight trains; GeLU (BERT's F.gelu) saves its input;
+      HF GPT-2's gelu_new is Python (0.5·x·(1 + tanh(√(2/π)(x + 0.044715·x³)))) and saves x (as
+      fp32 under autocast), tanh, 1 + tanh and 0.5·x; SiLU·up saves gate, silu(gate) and up.
+    * Attention: SDPA (FlashAttention / memory-efficient) saves q, k, v, the output and an fp32
+      logsumexp [B, heads, S rounded up to 32]; dropout is regenerated from the seed. Eager saves
+      q, k (Llama: k and v repeated to all heads), the softmax output (fp32 under autocast and
+      always in Llama, which passes dtype=float32), the probabilities as the second matmul takes
+      them, a 1-byte mask and the dropout output with dropout, and v; its output is made
+      contiguous (a copy the output projection saves if it trains).
+    * dropout with p > 0 saves a 1-byte bool mask (CUDA's native_dropout).
+    * Nothing is saved where nothing upstream needs a gradient (LoRA's first block before its
+      adapters). `mute`: inside a checkpointed module nothing is saved.
     """
-    hd, b, s = _head_dim(p), w.batch, w.seq
-    q, kv = p.heads * hd, p.kv_heads * hd
-    qkv = (q + 2 * kv) * n * d.act
-    if w.attention == "sdpa":
-        return [("q,k,v", qkv), ("attn_out", n * q * d.act), ("logsumexp", b * p.heads * math.ceil(s / 32) * 32 * 4)]
-    out = [("q,k,v (matmul copies)", (q + 2 * q) * n * d.act if p.family in ("llama", "mixtral") else qkv)]
-    if w.checkpointing != "selective":   # selective recomputation drops exactly the s² tensors
-        scores = b * p.heads * s * s
-        out.append(("softmax(scores)", scores * d.f32op))
-        if w.mixed:
-            out.append(("softmax 16-bit copy", scores * d.act))
-        if w.dropout > 0:
-            out += [("attn dropout mask", scores), ("attn dropout out", scores * d.act)]
-    if o_trainable:
-        out.append(("attn_out (contiguous)", n * q * d.act))
+
+    def __init__(self, w: Workload, p: Preset, fused_gelu: bool = False, ids: int = 0, sim: bool = False):
+        self.w, self.p, self.fused_gelu, self.sim = w, p, fused_gelu, sim
+        self.tok = w.batch * w.seq
+        self.mixed = w.mixed
+        self.lora = w.lora_rank > 0
+        self.train = not self.lora
+        self.nf4 = w.qlora
+        self.targets = set(lora_target_names(p, w.lora_targets)) if self.lora else set()
+        # bytes of a non-4-bit parameter (embeddings, norms, LM head): fp32 unless pure 16-bit
+        self.pb = 4 if (w.precision == "fp32" or w.mixed or w.qlora) else 2
+        self.cb = DTYPE_BYTES[w.compute_dtype_name]
+        self.drop = w.dropout > 0
+        self.accum = w.accum > 1
+        self.saved: dict[int, int] = {}
+        self.names: list[tuple[str, int]] = []
+        self.tape: list[_Op] = []
+        self._pending: list[int] = []      # storages saved since the last node was recorded
+        self.casts = 0              # frozen weights' 16-bit copies saved by matmuls (autocast)
+        self.kept = 0               # inputs a checkpoint keeps for its recomputation
+        self.cached = 0             # trainable weights' 16-bit copies (autocast cache) saved by matmuls
+        self.mute = False
+        self.in_attn = False
+        self.fwd_peak = 0           # saved so far + the op's output and forward temporaries, at most
+        self.linger = 0             # tensors a layer keeps in a local until it returns
+        self._ids = ids
+
+    # -- tensors ----------------------------------------------------------------------------
+    def t(self, n: int, b: int, rg: bool) -> _T:
+        self._ids += 1
+        return _T(n, b, rg, self._ids)
+
+    def view(self, x: _T, n: int) -> _T:
+        self._ids += 1
+        return _T(n, x.b, x.rg, self._ids, x.base or x)
+
+    def save(self, x: _T, name: str) -> int:
+        """Record `x` as saved; returns its bytes (what save_on_cpu brings back for this node)."""
+        s = x.base or x
+        if not self.mute:
+            if s.id not in self.saved:
+                self.saved[s.id] = s.n * s.b
+                self.names.append((name, s.n * s.b))
+            self._pending.append(s.id)
+        return x.n * x.b
+
+    def op(self, out: _T, ins, unpack: int = 0, temp: int = 0, alias: bool = False, fwd: int = 0) -> _T:
+        self.fwd_peak = max(self.fwd_peak, self.total() + out.n * out.b + fwd + self.linger)
+        saved, self._pending = tuple(self._pending), []
+        if out.rg:
+            self.tape.append(_Op(out, [x for x in ins if x.rg], unpack, temp, alias, saved, self.in_attn))
+        return out
+
+    def total(self) -> int:
+        return sum(self.saved.values())
+
+    def cast(self, x: _T, b: int) -> _T:
+        return x if x.b == b else self.op(self.t(x.n, b, x.rg), [x])
+
+    # -- layers -----------------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, int]:
+        if name == "head":
+            return self.p.hidden, self.p.vocab
+        if name == "mlm":
+            return self.p.hidden, self.p.hidden
+        i, o, _ = linear_shapes(self.p)[name]
+        return i, o
+
+    def linear(self, x: _T, name: str) -> _T:
+        i, o = self.shape(name)
+        if self.nf4 and name != "head":
+            # bitsandbytes Linear4bit: x.to(compute dtype), dequantise, matmul, .to(x's dtype); in
+            # backward the weight is dequantised again and the gradient cast both ways
+            y = self.op(self.t(self.tok * o, x.b, x.rg), [x], unpack=nf4_bytes(i * o),
+                        temp=i * o * self.cb + self.tok * (i + o) * self.cb,
+                        fwd=self.tok * (i + o) * self.cb + i * o * self.cb)
+        else:
+            xc = self.cast(x, 2) if self.mixed else x
+            wb = 2 if self.mixed else self.pb
+            unpack = 0
+            if self.train:
+                unpack += self.save(xc, f"{name} input")
+                if self.mixed and not self.mute:
+                    self.cached += i * o * 2
+            elif self.mixed and x.rg and not self.mute:
+                self.casts += i * o * 2
+            if x.rg:
+                unpack += i * o * wb                    # the weight (or its 16-bit copy), saved for dx
+            temp = 0
+            if self.train:     # the weight gradient: 16-bit then fp32 under autocast; transient with accumulation
+                temp = i * o * (2 if self.mixed else 0) + (i * o * (4 if self.mixed else self.pb) if self.accum else 0)
+            y = self.op(self.t(self.tok * o, 2 if self.mixed else x.b, x.rg or self.train), [xc], unpack, temp)
+        if name in self.targets:
+            r = self.w.lora_rank
+            if self.mixed:      # peft casts x to the fp32 adapter, autocast casts it back for lora_A
+                xa = self.op(self.t(x.n, 2, x.rg), [self.cast(x, 4)])
+            else:
+                xa = self.cast(x, 4)
+            ab = 2 if self.mixed else 4
+            a = self.op(self.t(self.tok * r, ab, True), [xa], self.save(xa, f"{name} lora_A input") + r * i * ab)
+            lo = self.op(self.t(self.tok * o, ab, True), [a], self.save(a, f"{name} lora_A output") + r * o * ab)
+            if self.mixed and not self.mute:
+                self.cached += r * (i + o) * 2
+            # lora_B(...) * scaling, and the sum before peft casts it back to the base's dtype
+            y = self.op(self.t(y.n, y.b, True), [y, self.cast(lo, y.b)], alias=True,
+                        fwd=self.tok * o * (ab + (4 if (ab == 4 and y.b == 2) else 0)))
+        return y
+
+    def layernorm(self, x: _T, name: str) -> _T:
+        if not (x.rg or self.train):
+            return self.t(x.n, 4 if self.mixed else x.b, False)
+        xs = self.cast(x, 4) if self.mixed else x
+        u = self.save(xs, f"{name} input") + self.save(self.t(2 * self.tok, 4, False), f"{name} mean/rstd")
+        return self.op(self.t(x.n, xs.b, True), [xs], u)
+
+    def rmsnorm(self, x: _T, name: str) -> _T:
+        """HF LlamaRMSNorm: h = x.float(); h * rsqrt(mean(h²) + eps); weight * h.to(x.dtype)."""
+        out_b = max(self.pb, x.b)
+        if not (x.rg or self.train):
+            return self.t(x.n, out_b, False)
+        h32 = self.cast(x, 4)
+        u = 0
+        if x.rg:
+            u += self.save(h32, f"{name} x.float()") + self.save(self.t(self.tok, 4, False), f"{name} rsqrt")
+        if self.train:
+            u += self.save(self.t(x.n, x.b, True), f"{name} normalised")
+        # backward: the gradients through weight·h, the cast, h·rsqrt and pow/mean (fp32)
+        return self.op(self.t(x.n, out_b, True), [h32], u, temp=2 * x.n * 4)
+
+    def dropout(self, x: _T, name: str) -> _T:
+        if not self.drop:
+            return x
+        u = self.save(self.t(x.n, 1, False), f"{name} dropout mask") if x.rg else 0
+        return self.op(self.t(x.n, x.b, x.rg), [x], u)
+
+    def add(self, a: _T, b: _T) -> _T:
+        out = self.t(a.n, max(a.b, b.b), a.rg or b.rg)
+        return self.op(out, [self.cast_grad(a, out.b), self.cast_grad(b, out.b)], alias=True)
+
+    def cast_grad(self, x: _T, b: int) -> _T:
+        """An input of a mixed-dtype sum: its gradient is cast from the sum's dtype (a new tensor)."""
+        return x if x.b == b else self.op(self.t(x.n, b, x.rg), [x])
+
+    def gelu_new(self, u: _T) -> _T:
+        if not u.rg:
+            return self.t(u.n, u.b, False)
+        if self.fused_gelu:
+            return self.op(self.t(u.n, u.b, True), [u], self.save(u, "gelu input"))
+        x32 = u if (u.b == 4 or not self.mixed) else self.t(u.n, 4, True)
+        tb = 4 if self.mixed else u.b
+        self.save(x32, "gelu: x for x³")
+        self.save(self.t(u.n, tb, True), "gelu: tanh")
+        self.save(self.t(u.n, tb, True), "gelu: 1+tanh")
+        self.save(self.t(u.n, u.b, True), "gelu: 0.5·x")
+        # backward: a chain of elementwise nodes; at pow's node (its x brought back under
+        # save_on_cpu) about three f-sized gradients of tanh's dtype and one of x's are alive
+        return self.op(self.t(u.n, max(u.b, tb), True), [u], x32.n * x32.b, temp=3 * u.n * tb + u.n * u.b)
+
+    def gelu(self, u: _T) -> _T:
+        s = self.save(u, "gelu input") if u.rg else 0
+        return self.op(self.t(u.n, u.b, u.rg), [u], s)
+
+    def silu_mul(self, g: _T, u: _T) -> _T:
+        s = self.op(self.t(g.n, g.b, g.rg), [g], self.save(g, "gate") if g.rg else 0)
+        unpack = (self.save(s, "silu(gate)") if u.rg else 0) + (self.save(u, "up") if s.rg else 0)
+        return self.op(self.t(g.n, max(s.b, u.b), s.rg or u.rg), [s, u], unpack)
+
+    def attention(self, q: _T, k: _T, v: _T, qkv: _T | None = None) -> _T:
+        """q, k, v (views of `qkv` for GPT-2). See the class docstring for what each kernel saves."""
+        p, w = self.p, self.w
+        rg = q.rg or k.rg or v.rg
+        hd = _head_dim(p)
+        qd = p.heads * hd
+        low = (lambda x: self.cast(x, 2)) if self.mixed else (lambda x: x)
+        ob = 2 if self.mixed else q.b
+        ins = [qkv] if qkv is not None and not (self.mixed and qkv.b == 4) else None
+        if w.attention == "sdpa":
+            q2, k2, v2 = low(q), low(k), low(v)
+            out = self.t(self.tok * qd, ob, rg)
+            lse = self.t(w.batch * p.heads * math.ceil(w.seq / 32) * 32, 4, False)
+            u = 0
+            if rg:
+                u = sum(self.save(x, "q, k, v") for x in (q2, k2, v2)) + self.save(out, "attention output") \
+                    + self.save(lse, "logsumexp")
+            flash = q2.b == 2 and p.kv_heads == p.heads and hd <= 256 and hd % 8 == 0
+            temp = lse.n * 4 + (w.batch * w.seq * p.heads * math.ceil(hd / 32) * 32 * 4 if flash else 0)
+            if ins is not None:
+                temp += qkv.n * qkv.b            # dq, dk, dv before they are concatenated into d(qkv)
+            return self.op(out, ins or [q2, k2, v2], u, temp)
+        scores = w.batch * p.heads * w.seq * w.seq
+        if p.family in ("llama", "mixtral") and p.kv_heads < p.heads:    # repeat_kv
+            k, v = self.op(self.t(self.tok * qd, k.b, k.rg), [k]), self.op(self.t(self.tok * qd, v.b, v.rg), [v])
+        q2, k2, v2 = low(q), low(k), low(v)
+        s_in = 2 if (self.mixed or q.b == 2) else 4          # q·kᵀ's dtype
+        sm = 4 if (p.family in ("llama", "mixtral") or self.mixed or q.b == 4) else 2   # softmax output
+        pm = 2 if self.mixed else q.b                        # probabilities as the second matmul takes them
+        qk = self.op(self.t(scores, s_in, rg), [q2, k2], self.save(q2, "q (matmul)") + self.save(k2, "k (matmul)")
+                     if rg else 0)
+        qk = self.op(self.t(scores, s_in, rg), [qk])        # scaling (and the causal mask)
+        probs = self.t(scores, sm, rg)
+        if self.sim and sm == 4 and s_in == 2:
+            qk = self.cast(qk, 4)    # the CPU has no half_to_float softmax: it upcasts first (SIM_DEVICE_NOTES)
+        # softmax's backward returns the scores' dtype (CUDA's half_to_float kernel)
+        probs = self.op(probs, [qk], self.save(probs, "softmax(scores)") if rg else 0)
+        if self.drop:
+            mask = self.save(self.t(scores, 1, False), "attention dropout mask") if rg else 0
+            pd = q.b if p.family in ("llama", "mixtral") else (2 if self.mixed else q.b)   # probs.to(q / v dtype)
+            probs = self.op(self.t(scores, pd, rg), [self.cast(probs, pd)], mask)
+            # HF returns the attention weights; the decoder layer holds them until it returns
+            self.linger += probs.n * probs.b if probs.b != pm else 0
+            probs = self.cast(probs, pm)
+            if rg:
+                self.save(probs, "attention dropout output")
+        else:
+            probs = self.cast(probs, pm)
+            if rg:
+                self.save(probs, "probabilities (matmul)")
+        unpack = (probs.n * probs.b + self.save(v2, "v (matmul)")) if rg else 0
+        out = self.t(self.tok * qd, ob, rg)
+        return self.op(out, [probs, v2] if ins is None else [probs, qkv], unpack, temp=self.tok * qd * ob)
+
+    def moe(self, x: _T) -> _T:
+        """Mixtral's sparse MoE block (transformers 5: router, grouped_mm experts). Approximation:
+        the router logits, the gathered expert inputs and outputs and SwiGLU's tensors for the
+        k experts each token visits."""
+        p, n = self.p, self.tok
+        k_, e = p.config["num_experts_per_tok"], p.config["num_local_experts"]
+        a = 2 if self.mixed else x.b
+        u = 0
+        if x.rg or self.train:
+            for name, size in (("router logits", n * e * (a + 4)), ("expert inputs", k_ * n * p.hidden * a),
+                               ("expert outputs", k_ * n * p.hidden * a), ("gate", k_ * n * p.ffn_hidden * a),
+                               ("silu(gate)", k_ * n * p.ffn_hidden * a), ("up", k_ * n * p.ffn_hidden * a)):
+                u += self.save(self.t(size, 1, True), name)
+            if self.train:
+                u += self.save(self.t(k_ * n * p.ffn_hidden * a, 1, True), "down input")
+            if x.rg:         # grouped_mm saves the expert weights for dx (save_on_cpu brings them back)
+                u += e * 2 * p.hidden * p.ffn_hidden * self.pb     # gate_up, the larger of the two
+        temp = 3 * k_ * n * p.ffn_hidden * a
+        return self.op(self.t(n * p.hidden, a, x.rg or self.train), [x], u, temp)
+
+    # -- modules ----------------------------------------------------------------------------
+    def checkpointed(self, x: _T, run):
+        """Selective checkpointing: the attention module keeps only its input (vramlab's runner
+        wraps it in torch.utils.checkpoint), and saves nothing else."""
+        sel = self.w.checkpointing == "selective"
+        if sel:
+            self.kept += x.n * x.b
+        self.mute, self.in_attn = sel, True
+        try:
+            return run(x)
+        finally:
+            self.mute, self.in_attn = False, False
+
+    def embeddings(self) -> _T:
+        p, h = self.p, self.p.hidden
+        x = self.t(self.tok * h, self.pb, self.train)
+        if p.family == "bert":
+            x = self.layernorm(x, "embeddings LayerNorm")
+        if p.family in ("gpt2", "bert"):
+            x = self.dropout(x, "embeddings")
+        return x
+
+    def block(self, x: _T) -> _T:
+        f = self.p.family
+        if f == "gpt2":
+            h = self.layernorm(x, "ln_1")
+
+            def attn(h):
+                qkv = self.linear(h, "qkv")
+                q, k, v = (self.view(qkv, qkv.n // 3) for _ in range(3))
+                return self.dropout(self.linear(self.attention(q, k, v, qkv), "o"), "attention output")
+            r = self.add(x, self.checkpointed(h, attn))
+            u = self.linear(self.layernorm(r, "ln_2"), "up")
+            d = self.dropout(self.linear(self.gelu_new(u), "down"), "MLP output")
+            return self.add(r, d)
+        if f == "bert":
+            def attn(x):
+                q, k, v = self.linear(x, "q"), self.linear(x, "k"), self.linear(x, "v")
+                o = self.dropout(self.linear(self.attention(q, k, v), "o"), "attention output")
+                return self.layernorm(self.add(o, x), "attention LayerNorm")
+            a = self.checkpointed(x, attn)
+            d = self.dropout(self.linear(self.gelu(self.linear(a, "up")), "down"), "output")
+            return self.layernorm(self.add(d, a), "output LayerNorm")
+        # llama / mixtral: RoPE multiplies by cos/sin in the embeddings' dtype (saves only those)
+        h = self.rmsnorm(x, "input RMSNorm")
+
+        def attn(h):
+            q, k, v = self.linear(h, "q"), self.linear(h, "k"), self.linear(h, "v")
+            q = self.op(self.t(q.n, max(q.b, self.pb), q.rg), [q], temp=q.n * max(q.b, self.pb))
+            k = self.op(self.t(k.n, max(k.b, self.pb), k.rg), [k], temp=k.n * max(k.b, self.pb))
+            return self.linear(self.attention(q, k, v), "o")
+        r = self.add(x, self.checkpointed(h, attn))
+        h2 = self.rmsnorm(r, "post-attention RMSNorm")
+        if f == "llama":
+            d = self.linear(self.silu_mul(self.linear(h2, "gate"), self.linear(h2, "up")), "down")
+        else:
+            d = self.moe(h2)
+        return self.add(r, d)
+
+    def head(self, x: _T) -> _T:
+        """Final norm and LM head (BERT: the MLM transform first); returns the logits."""
+        f = self.p.family
+        if f == "gpt2":
+            x = self.layernorm(x, "ln_f")
+        elif f == "bert":
+            x = self.layernorm(self.gelu(self.linear(x, "mlm")), "MLM LayerNorm")
+        else:
+            x = self.rmsnorm(x, "final RMSNorm")
+        return self.linear(x, "head")
+
+
+def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload: bool,
+                   recompute: str = "none") -> int:
+    """Walk `tape` backwards from the gradient of `grad_out`: the most memory the block's saved
+    tensors still waiting for their node plus the gradients in flight (and a node's temporaries
+    and, under save_on_cpu, its saved tensors brought back) take at any node. A node's saved
+    tensors are freed once it ran (retain_graph=False); a gradient is freed once its node ran; a
+    gradient that meets an existing one is added to it in place
+    (torch/csrc/autograd/input_buffer.cpp, accumulate); an add passes its output's gradient itself
+    to its inputs of the same dtype (one storage, counted once). `recompute` ("full": the whole
+    block, "selective": its attention module) is run again in backward by torch.utils.checkpoint,
+    which keeps what the recomputation saves on the device even under save_on_cpu (its own
+    saved-tensor hooks are the innermost)."""
+    def resident(op):
+        return not offload or recompute == "full" or (recompute == "selective" and op.attn)
+    keep = {sid for op in tape if resident(op) for sid in op.saved}
+    remaining = {sid: b for sid, b in saved.items() if sid in keep}
+    later = {}                  # selective: the attention module's tensors exist once it is recomputed
+    if recompute == "selective":
+        attn = {sid for op in tape if op.attn for sid in op.saved}
+        later = {sid: remaining.pop(sid) for sid in list(remaining) if sid in attn}
+    refs: dict[int, int] = {}
+    for op in tape:
+        for sid in op.saved:
+            refs[sid] = refs.get(sid, 0) + 1
+    live = {grad_out.id: grad_out.n * grad_out.b}
+    held = sum(remaining.values())
+    peak = held + live[grad_out.id]
+    for op in reversed(tape):
+        g = live.get(op.out.id)
+        if g is None:
+            continue
+        if op.attn and later:
+            held += sum(later.values())
+            remaining.update(later)
+            later = {}
+        aliases = [x for x in op.ins if op.alias and x.b == op.out.b]
+        new: dict[int, int] = {}
+        for x in op.ins:
+            if x not in aliases:
+                new[x.id] = new.get(x.id, 0) + x.n * x.b
+        peak = max(peak, held + sum(live.values()) + sum(new.values()) + op.temp
+                   + (0 if resident(op) else op.unpack))
+        del live[op.out.id]
+        keeper = min((x.id for x in aliases), default=None)
+        for x in aliases:
+            if x.id not in live:
+                live[x.id] = g if x.id == keeper else 0
+        for xid, size in new.items():
+            live.setdefault(xid, size)
+        for sid in op.saved:
+            refs[sid] -= 1
+            if refs[sid] == 0 and sid in remaining:
+                held -= remaining.pop(sid)
+    return peak
+
+
+def _forward(w: Workload, p: Preset, fused_gelu: bool = False, recompute: str | None = None,
+             sim: bool = False) -> dict:
+    """Run `_Forward` over the model: saved bytes of the embeddings, the first block (LoRA: its
+    input needs no gradient), every later block, and the head; frozen-weight copies; the logits;
+    the peak of the gradients in flight while a block runs backward (`*_ws`)."""
+    f = _Forward(w, p, fused_gelu, sim=sim)
+    x_in = f.embeddings()
+    f1 = _Forward(w, p, fused_gelu, f._ids, sim)
+    x = f1.block(x_in)
+    f2 = _Forward(w, p, fused_gelu, f1._ids, sim)
+    y = f2.block(x)
+    f3 = _Forward(w, p, fused_gelu, f2._ids, sim)
+    logits = f3.head(y)
+    out = {"block_input": x_in.n * x_in.b, "logits_bytes_per_elem": logits.b,
+           "first_fwd": f1.fwd_peak, "rest_fwd": f2.fwd_peak, "out_bytes": y.n * y.b}
+    offload = w.offload == "activations"
+    for part, fw in (("emb", f), ("first", f1), ("rest", f2), ("head", f3)):
+        out[part], out[part + "_casts"], out[part + "_kept"], out[part + "_cached"] = \
+            fw.total(), fw.casts, fw.kept, fw.cached
+    # the backward of one block with everything it saves (a checkpointed block is recomputed)
+    rc = recompute or w.checkpointing
+    out["first_ws"] = _backward_peak(f1.tape, x, f1.saved, offload, rc)
+    out["rest_ws"] = _backward_peak(f2.tape, y, f2.saved, offload, rc)
     return out
 
 
 def saved_per_block(w: Workload, p: Preset | None = None, first: bool = False,
                     fused_gelu: bool = False) -> list[tuple[str, int]]:
-    """(name, bytes) of every tensor autograd saves for one block, without checkpointing.
-
-    Rules (PyTorch saves an input only if the gradient that needs it is required):
-    - a LayerNorm saves its input (+ per-token mean/rstd); a Linear saves its input only if its weight
-      trains, and its weight (already counted as a parameter) if its input needs a gradient;
-    - elementwise x*y saves both operands, x*scalar and x+y save nothing; tanh saves its output;
-    - dropout with p > 0 saves a 1-byte bool mask on CUDA; p = 0 returns its input unchanged.
-    HF GPT-2's `gelu_new` is written out in Python (0.5·x·(1 + tanh(√(2/π)(x + 0.044715·x³)))), so
-    it saves x³'s input, tanh's output, (1 + tanh) and 0.5·x: 4 tensors of B·S·4h, not 1 (`fused_gelu`
-    models a single-kernel GeLU; with fp16, dropout and eager attention that gives Korthikanti's
-    34·sbh + 5·as²b exactly).
-    """
+    """(name, bytes) of every tensor autograd saves for one block, as `_Forward` counts them
+    (checkpointing as in `w`: selective drops the attention module's tensors)."""
     p = p or get_preset(w.model)
-    d, n, h, f = _bytes_of(w), w.batch * w.seq, p.hidden, p.ffn_hidden
-    lora = w.lora_rank > 0
-    train = not lora                        # base weights train (full fine-tuning)
-    drop = w.dropout > 0
-    stats = 2 * n * 4                       # LayerNorm/RMSNorm mean and rstd (fp32, per token)
-    saved: list[tuple[str, int]] = []
-    if not (lora and first):                # block 0 under LoRA: nothing upstream needs a gradient
-        saved += [("norm1 input", n * h * d.res), ("norm1 stats", stats)]
-    if p.family == "bert":
-        return _saved_bert_block(w, p, d, n, train, drop, saved)
-    if p.family in ("llama", "mixtral"):
-        return _saved_llama_block(w, p, d, n, train, saved)
-    # GPT-2
-    if train:
-        saved.append(("c_attn input", n * h * d.act))
-    else:
-        saved.append(("lora_A input", n * h * d.lora_in))
-    saved += _saved_attention(w, p, d, n, o_trainable=train)
-    if drop:
-        saved.append(("resid dropout mask", n * h))
-    saved += [("norm2 input", n * h * d.res), ("norm2 stats", stats)]
-    if train:
-        saved.append(("c_fc input", n * h * d.act))
-    if fused_gelu:
-        saved.append(("gelu input", n * f * d.act))
-    else:  # pow input (fp32 under autocast), tanh out, 1 + tanh, 0.5·x (same dtype as c_fc output)
-        saved += [("gelu: x for x³", n * f * d.f32op), ("gelu: tanh", n * f * d.f32op),
-                  ("gelu: 1+tanh", n * f * d.f32op), ("gelu: 0.5·x", n * f * d.act)]
-    if train:
-        saved.append(("mlp c_proj input", n * f * d.act))
-    if drop:
-        saved.append(("mlp dropout mask", n * h))
-    return saved
-
-
-def _saved_bert_block(w, p, d, n, train, drop, saved):
-    """Post-LN BERT block: LayerNorm(x + Attn(x)), LayerNorm(y + FFN(y)); GeLU is F.gelu (saves its input)."""
-    h, f = p.hidden, p.ffn_hidden
-    saved = [(k, v) for k, v in saved if k != "norm1 input"]   # post-LN: the block input is an LN output
-    if train:   # q, k, v Linears share the input; under autocast each casts its own 16-bit copy
-        saved.append(("q/k/v input", n * h * (3 * d.act if w.mixed else d.res)))
-    else:
-        # the frozen q/k/v Linears keep only their weights; the LoRA A matrices keep x, which peft
-        # casts to the fp32 adapter in each adapted layer (query, value): one copy per target,
-        # unless x is fp32 already (then both keep x itself)
-        copies = 1 if w.precision == "fp32" else len(LORA_TARGETS["bert"])
-        saved.append(("lora_A inputs", copies * n * h * d.lora_in))
-    saved += _saved_attention(w, p, d, n, o_trainable=train)
-    if drop:
-        saved.append(("attn out dropout mask", n * h))
-    saved.append(("norm1 input", n * h * d.res))
-    if train:
-        saved.append(("ffn input", n * h * d.act))
-    saved.append(("gelu input", n * f * d.act))
-    if train:
-        saved.append(("ffn out-proj input", n * f * d.act))
-    if drop:
-        saved.append(("ffn dropout mask", n * h))
-    return saved + [("norm2 input", n * h * d.res), ("norm2 stats", 2 * n * 4)]
-
-
-def _saved_llama_block(w, p, d, n, train, saved):
-    """Pre-norm Llama block. HF LlamaRMSNorm runs in fp32: x.float() (saved by pow and mul), the
-    normalised x (saved by the weight multiply) and its output (saved by the next Linear). RoPE
-    multiplies by constant cos/sin, so it saves nothing big. SwiGLU saves gate (silu input), silu(gate),
-    up and their product. Mixtral: each token runs top-k experts, so the MLP terms scale by k, plus the
-    gathered expert inputs and outputs and the router logits (approximation of HF's expert loop).
-    """
-    h, f, hd = p.hidden, p.ffn_hidden, _head_dim(p)
-    norm = [("rmsnorm x.float()", n * h * 4), ("rmsnorm normalised", n * h * d.res)]
-    saved = [(k, v) for k, v in saved if k != "norm1 input"] + norm
-    saved.append(("q/k/v input", n * h * d.act if train else n * h * d.lora_in))
-    saved += _saved_attention(w, p, d, n, o_trainable=train)
-    saved += [(k.replace("1", "2"), v) for k, v in norm] + [("norm2 stats", 2 * n * 4)]
-    if train:
-        saved.append(("mlp input", n * h * d.act))
-    if p.family == "mixtral":
-        k_, e = p.config["num_experts_per_tok"], p.config["num_local_experts"]
-        saved += [("router logits", n * e * (d.act + 4)), ("expert inputs", k_ * n * h * d.act),
-                  ("expert outputs", k_ * n * h * d.act)]
-        n = n * k_
-    saved += [("gate", n * f * d.act), ("silu(gate)", n * f * d.act), ("up", n * f * d.act)]
-    if train:
-        saved.append(("down input", n * f * d.act))
-    return saved
-
-
-def _saved_head(w: Workload, p: Preset, d: _Bytes) -> int:
-    """Saved outside the blocks: final norm input, LM-head input, embedding dropout mask, BERT MLM transform."""
-    n, h = w.batch * w.seq, p.hidden
-    total = n * h * d.res + 2 * n * 4                  # final norm input + stats
-    if w.lora_rank == 0:
-        total += n * h * d.act                         # LM-head input (its weight trains)
-    if w.dropout > 0 and p.family in ("gpt2", "bert"):
-        total += n * h                                 # embedding dropout mask
-    if p.family == "bert":
-        total += n * h * (2 * d.act + d.res)           # transform dense input, gelu input, LayerNorm input
-    return total
+    f = _Forward(w, p, fused_gelu)
+    x = f.embeddings()
+    if not first:
+        x = f.block(x)
+    mark = len(f.names)
+    f.block(x)
+    return f.names[mark:]
 
 
 def activation_bytes(w: Workload, p: Preset | None = None) -> int:
     """Bytes of saved activations on the device at the end of the forward pass (one micro-batch).
 
-    - none: every block's saved tensors (`saved_per_block`), plus the head's.
+    - none: what `_Forward` records for the embeddings, every block and the head.
     - full checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"; HF uses
-      torch.utils.checkpoint, non-reentrant): only each block's input (B·S·h) is kept; one block is
-      recomputed at a time in backward (counted in the backward_end phase).
-    - selective (Korthikanti et al. 2022): keep everything except the s² attention tensors.
+      torch.utils.checkpoint, non-reentrant): each block keeps only its input (B·S·h in the stream's
+      dtype); one block is recomputed at a time in backward.
+    - selective: the attention module of each block is checkpointed instead (see `_Forward`).
     - offload="activations" (torch.autograd.graph.save_on_cpu): saved tensors live in host memory,
-      so nothing stays on the device; they come back one node at a time in backward.
+      the inputs a checkpoint keeps too (torch.utils.checkpoint saves them as saved tensors, through
+      the same hooks); what a recomputation saves stays on the device (its hooks are innermost).
     Gradient accumulation does not change this: only one micro-batch is in flight.
     """
-    p = p or get_preset(w.model)
-    if w.offload == "activations":
-        return 0
-    d = _bytes_of(w)
-    if w.checkpointing == "full":
-        blocks = p.n_layers * w.batch * w.seq * p.hidden * d.res
-    else:
-        first = sum(b for _, b in saved_per_block(w, p, first=True))
-        rest = sum(b for _, b in saved_per_block(w, p))
-        blocks = first + (p.n_layers - 1) * rest
-    return blocks + _saved_head(w, p, d)
+    return _activations(w, p or get_preset(w.model))["total"]
 
 
-def logits_bytes(w: Workload, p: Preset | None = None) -> dict[str, int]:
+def _activations(w: Workload, p: Preset, sim: bool = False) -> dict:
+    fw = _forward(w, p, sim=sim)
+    L = p.n_layers
+    parts = ("emb", "head") if w.checkpointing == "full" else ("emb", "first", "rest", "head")
+    mult = {"emb": 1, "first": 1, "rest": L - 1, "head": 1}
+    saved, casts, cached, kept = (sum(mult[k] * fw[k + suffix] for k in parts)
+                                  for suffix in ("", "_casts", "_cached", "_kept"))
+    if w.checkpointing == "full":            # checkpoint inputs: kept by the recomputation, never offloaded
+        kept = L * fw["block_input"]
+    if w.offload == "activations":      # checkpoint inputs go through the saved-tensor hooks too
+        saved, casts, cached, kept = 0, 0, 0, 0
+    return {"total": saved + kept, "saved": saved, "kept": kept, "casts": casts, "cached": cached, "forward": fw}
+
+
+def logits_bytes(w: Workload, p: Preset | None = None, logits_b: int | None = None) -> dict[str, int]:
     """The LM head and loss, the usual peak of LM training (N = B·S tokens, V = vocab).
 
     HF's ForCausalLMLoss upcasts: `logits.float()`, then cross_entropy = log_softmax + nll_loss.
       forward_end:    logits (16-bit or fp32) + its fp32 copy (absent when already fp32) + log_softmax
                       output (fp32, saved for backward)
       backward_start: log_softmax output + nll_loss's gradient + log_softmax's gradient: 3 fp32 N·V
+    BERT's MLM loss has no .float(): 16-bit logits give a 16-bit loss unless autocast runs it in fp32.
     Plus the shifted int64 labels (8 bytes/token).
     """
     p = p or get_preset(w.model)
-    d = _bytes_of(w)
+    lb = logits_b if logits_b is not None else _forward(w, p)["logits_bytes_per_elem"]
     nv = w.batch * w.seq * p.vocab
-    loss_b = 2 if (p.family == "bert" and w.param_dtype_name != "fp32") else 4   # BERT: no .float()
+    loss_b = 2 if (p.family == "bert" and lb == 2 and not w.mixed) else 4
     labels = 8 * w.batch * w.seq
-    fwd = nv * (d.act + (loss_b if d.act != loss_b else 0) + loss_b) + labels
+    fwd = nv * (lb + (loss_b if lb != loss_b else 0) + loss_b) + labels
     bwd = 3 * nv * loss_b + labels
     return {"forward_end": fwd, "backward_start": bwd}
 
@@ -458,44 +843,68 @@ def _mib(x: float) -> str:
     return f"{x / MiB:,.0f} MiB"
 
 
-def estimate(w: Workload, qlora: bool = False) -> Estimate:
+# Where vramlab's simulated device (on the CPU, under a TorchDispatchMode) allocates differently
+# from CUDA. `estimate(w, device="sim")` adds them, so that the estimate can be checked against the
+# simulated device; the default is CUDA. Each is a property of the CPU run, not of the model:
+#
+# * the autograd engine sums two gradients of one tensor in place only when the old one is a
+#   plain tensor: `can_accumulate_inplace` (torch/csrc/autograd/input_buffer.cpp) asks
+#   `isTensorSubclassLike`, which is true whenever a dispatch mode is active
+#   (aten/src/ATen/TensorSubclassLikeUtils.h). Under the simulated device's mode every sum is out
+#   of place: a tied embedding's two V·h gradients meet in a third tensor.
+# * CUDA's softmax(x, dtype=float32) on a 16-bit x runs one half_to_float kernel whose backward
+#   returns 16 bits; the CPU casts x to fp32 first, so its backward makes an fp32 gradient of the
+#   scores and then casts it (eager attention).
+SIM_DEVICE_NOTES = {
+    "tied_embedding_sum": "词嵌入与输出层共享权重时，两份梯度在模拟设备上异地相加（多一份 V·h）",
+    "softmax_upcast": "16 位注意力分数上的 FP32 softmax：CPU 先把分数转成 FP32，反向多一份 FP32 梯度",
+}
+
+
+def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Estimate:
     """Peak allocated bytes of one steady-state step of `w` on one device, with a breakdown.
 
-    `qlora=True` (needs `w.lora_rank > 0`): the frozen base Linear weights are stored in NF4
-    (Dettmers et al. 2023); embeddings and norms stay in the workload's precision.
+    `qlora=True` is `w` with `qlora=True` (kept for older callers): the base's Linear weights in
+    NF4 (Dettmers et al. 2023), every other parameter fp32 (peft's prepare_model_for_kbit_training).
+    `device="sim"`: as vramlab's simulated device allocates (see SIM_DEVICE_NOTES), for checking.
     """
+    if qlora:
+        w = replace(w, qlora=True)
     w.validate()
-    if qlora and w.lora_rank == 0:
-        raise WorkloadError("QLoRA 需要 LoRA：请同时给出 --lora-rank r（r > 0）")
     if w.inference:
         return estimate_inference(w.model, w.batch, w.seq, w.compute_dtype_name, kv_cache=False,
                                   attention=w.attention, _workload=w)
     p = get_preset(w.model)
-    d = _bytes_of(w)
+    if w.qlora and p.family == "mixtral":
+        raise WorkloadError("Mixtral 的专家权重是 3 维参数，不是 nn.Linear：bitsandbytes 不会把它们量化成 4 位，"
+                            "而 prepare_model_for_kbit_training 会把它们升为 FP32。vramlab 不估算 MoE 的 QLoRA")
     params = param_count(p)
     lora = w.lora_rank > 0
-    trainable = lora_params(p, w.lora_rank) if lora else params
+    shapes = trainable_shapes(p, w)
+    trainable = sum(_numel(s) for s in shapes)
     n_dev = w.gpus if w.zero else 1
+    pb = 4 if (w.precision == "fp32" or w.mixed or w.qlora) else 2     # a non-4-bit parameter
     notes: dict[str, str] = {}
 
     # --- weights, gradients, optimizer state (persistent) ---------------------------------------
-    mm = matmul_weight_params(p)
-    if qlora:
-        base_w = qlora_weight_bytes(mm) + (params - mm) * d.param
-        notes["parameters"] = (f"QLoRA：线性层权重用 NF4 存储，4 bit + 双重量化常数 ≈ 0.516 字节/参数"
-                               f"（{mm:,} 个），其余 {params - mm:,} 个参数 {d.param} 字节；")
+    if w.qlora:
+        q = quantized_shapes(p)
+        nq = sum(i * o for i, o in q)
+        base_w = sum(nf4_bytes(i * o) for i, o in q) + (params - nq) * 4
+        notes["parameters"] = (f"QLoRA：{nq:,} 个线性层权重用 NF4 存储（4 bit + 双重量化常数 ≈ 0.516 字节/参数）；"
+                               f"其余 {params - nq:,} 个参数被 prepare_model_for_kbit_training 升为 FP32（4 字节）；")
     else:
-        base_w = params * d.param
-        notes["parameters"] = f"{params:,} 个参数 × {d.param} 字节（{w.param_dtype_name}）；"
+        base_w = params * pb
+        notes["parameters"] = f"{params:,} 个参数 × {pb} 字节（{w.param_dtype_name}）；"
     if lora:   # adapters: fp32 (peft upcasts adapter weights), trained with fp32 grads and state
         weights, w_bytes, g_bytes, s_bytes = base_w + trainable * 4, 4, 4, 4
         notes["parameters"] += f"LoRA 适配器 {trainable:,} 个参数 × 4 字节（peft 默认把适配器升为 fp32）；"
     elif w.zero and w.mixed:   # DeepSpeed-style: 16-bit weights/grads, fp32 master copy in the optimizer
         weights, w_bytes, g_bytes, s_bytes = params * 2, 2, 2, 4
     else:
-        weights, w_bytes, g_bytes, s_bytes = base_w, d.param, d.param, d.param
+        weights, w_bytes, g_bytes, s_bytes = base_w, pb, pb, pb
     grads = trainable * g_bytes
-    state = optimizer_state_bytes(w.optimizer, trainable, s_bytes, adafactor_factored_elements(p, w.lora_rank))
+    state = optimizer_state_bytes(w.optimizer, trainable, s_bytes, shapes=shapes)
     if w.zero and w.mixed and not lora:
         state += params * 4   # fp32 master weights: ZeRO's K = 12 = 4 (master) + 8 (Adam)
     # ZeRO sharding (Rajbhandari et al. 2020): stage 1 state, 2 + grads, 3 + weights
@@ -505,54 +914,113 @@ def estimate(w: Workload, qlora: bool = False) -> Estimate:
         grads //= n_dev
     if w.zero >= 3:
         weights //= n_dev
-    autocast_cache = mm * 2 if (w.mixed and not w.zero and not qlora) else 0
 
-    # --- activations and logits -----------------------------------------------------------------
-    act = activation_bytes(w, p)
-    lg = logits_bytes(w, p)
-    ckpt = w.checkpointing == "full"
-    if w.offload == "activations":   # save_on_cpu: the 16-bit weight copies saved by matmuls go too
-        saved_casts = 0
-    elif ckpt:                       # only the LM head's saved copy survives the forward
-        saved_casts = p.vocab * p.hidden * 2 if autocast_cache else 0
-    else:
-        saved_casts = autocast_cache
-    block = sum(b for _, b in saved_per_block(w, p))
+    # --- activations, autocast's weight copies, logits -------------------------------------------
+    sim = device == "sim"
+    acts = _activations(w, p, sim)
+    fw = acts["forward"]
+    act = acts["total"]
+    # autocast caches a 16-bit copy of every fp32 weight that requires grad (full fine-tuning: all
+    # matmul weights; LoRA: the adapters) until the outermost autocast exits; frozen weights are
+    # cast anew at each use and their copies live only while a matmul has saved them
+    cache = 0
+    if w.mixed and not w.zero:
+        cache = matmul_weight_params(p) * 2 if not lora else trainable * 2
+    cached_bwd = acts["cached"] if not w.zero else 0
+    casts = acts["casts"]
+    lg = logits_bytes(w, p, fw["logits_bytes_per_elem"])
     ws = 2 * CUBLAS_WORKSPACE_BYTES
     grads_now = grads if w.accum > 1 else 0   # set_to_none=True: grads are freed after each step
+    tied = p.family in ("gpt2", "bert") or bool(p.config.get("tie_word_embeddings"))
+    emb_grad = p.vocab * p.hidden * g_bytes // (n_dev if w.zero >= 2 else 1) if not lora else 0
 
-    # --- optimizer temporaries ------------------------------------------------------------------
-    temp_opt = _optimizer_temp_bytes(w, p, trainable, s_bytes, lora) // (n_dev if w.zero else 1)
+    # the last block's backward (the first block backward runs) and block 0's at the end: every
+    # other block's activations, and the block's own saved tensors (recomputed when checkpointed)
+    # with the gradients in flight, from `_backward_peak` over the block without checkpointing
+    ckpt, off = w.checkpointing, w.offload == "activations"
+    full = fw if ckpt == "none" else _forward(replace(w, checkpointing="none"), p, recompute=ckpt, sim=sim)
+    if ckpt == "full":
+        own_rest = own_first = fw["block_input"]
+        copies_rest, copies_first = full["rest_casts"] + full["rest_cached"], full["first_casts"] + full["first_cached"]
+    else:
+        own_rest = (0 if off else fw["rest"]) + fw["rest_kept"]
+        own_first = (0 if off else fw["first"]) + fw["first_kept"]
+        copies_rest = copies_first = 0
+    ws_rest, ws_first = full["rest_ws"], full["first_ws"]
+    if ckpt == "full":      # the recomputation's forward, with the block's output gradient waiting
+        ws_rest = max(ws_rest, full["rest_fwd"] + fw["out_bytes"])
+        ws_first = max(ws_first, full["first_fwd"] + fw["out_bytes"])
+    ws_rest += (fw["rest_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
+    ws_first += (fw["first_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
+    # the last block's forward: the blocks before it saved, and it running (not checkpointed)
+    fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else 0)
+    block_grads = block_params(p) * g_bytes if (not lora and w.accum == 1) else 0
+    # at the end only the embeddings' saved tensors are left besides block 0's
+    emb_saved = 0 if off else fw["emb"]
+    block_casts = 0 if (off or ckpt == "full") else fw["first_casts"] + fw["first_cached"]
+    # the LM head's saved weight copy is freed once its node ran
+    head_copies = 0 if off else fw["head_casts"] + (fw["head_cached"] if not w.zero else 0)
+
+    # --- optimizer temporaries, ZeRO-3 gathers, QLoRA dequantisation ---------------------------
+    temp_opt = _optimizer_temp_bytes(w, p, shapes, s_bytes) // (n_dev if w.zero else 1)
     zero3_gather = 2 * block_params(p) * w_bytes if w.zero == 3 else 0   # current + prefetched layer
-    dequant = max(i * o for i, o, _ in linear_shapes(p).values()) * d.act if qlora else 0
+    dequant = (max(i * o for i, o in quantized_shapes(p)) * DTYPE_BYTES[w.compute_dtype_name]) if w.qlora else 0
 
+    head_grad_now = 0 if lora else p.vocab * p.hidden * g_bytes
+    # save_on_cpu packs every saved tensor, parameters included: the head's backward brings its
+    # weight (the 16-bit copy under autocast) and its input back to the device
+    head_unpack = 0
+    if w.offload == "activations":
+        head_unpack = p.vocab * p.hidden * (2 if w.mixed else pb) + w.batch * w.seq * p.hidden * pb
     phases = {
-        "forward_end": dict(parameters=weights + autocast_cache, gradients=grads_now, optimizer_state=state,
-                            activations=act, logits_and_loss=lg["forward_end"],
-                            temporaries=zero3_gather + dequant, cuda_overhead=ws),
-        "backward_start": dict(parameters=weights + saved_casts, gradients=grads_now, optimizer_state=state,
-                               activations=act, logits_and_loss=lg["backward_start"],
-                               temporaries=zero3_gather + dequant, cuda_overhead=ws),
-        # all gradients exist; the first block's activations (or one recomputed block) are still alive
-        "backward_end": dict(parameters=weights + autocast_cache // max(1, p.n_layers), gradients=grads,
-                             optimizer_state=state, activations=(act if ckpt else 0) + block,
-                             logits_and_loss=0, temporaries=zero3_gather + dequant, cuda_overhead=ws),
+        "block_forward": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
+                              activations=act - own_rest - fw["head"], logits_and_loss=0,
+                              temporaries=zero3_gather + fwd_last, cuda_overhead=ws),
+        "forward_end": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
+                            activations=act, logits_and_loss=lg["forward_end"], temporaries=zero3_gather,
+                            cuda_overhead=ws),
+        "backward_start": dict(parameters=weights + cached_bwd + casts, gradients=grads_now,
+                               optimizer_state=state, activations=act, logits_and_loss=lg["backward_start"],
+                               temporaries=zero3_gather, cuda_overhead=ws),
+        # the LM head's backward: the logits' gradient (in the logits' dtype) and the head's weight gradient
+        "head_backward": dict(parameters=weights + cached_bwd + casts, gradients=grads_now + head_grad_now,
+                              optimizer_state=state, activations=act,
+                              logits_and_loss=w.batch * w.seq * (p.vocab * fw["logits_bytes_per_elem"] + 8) + head_unpack,
+                              temporaries=zero3_gather, cuda_overhead=ws),
+        "block_backward": dict(parameters=weights + cached_bwd + casts - head_copies + copies_rest,
+                               gradients=grads_now + head_grad_now + block_grads, optimizer_state=state,
+                               activations=act - own_rest, logits_and_loss=0,
+                               temporaries=zero3_gather + ws_rest, cuda_overhead=ws),
+        "backward_end": dict(parameters=weights + block_casts + copies_first,
+                             gradients=grads - (0 if tied or w.accum > 1 else emb_grad),
+                             optimizer_state=state, activations=emb_saved, logits_and_loss=0,
+                             temporaries=zero3_gather + ws_first, cuda_overhead=ws),
         "optimizer_step": dict(parameters=weights, gradients=grads, optimizer_state=state, activations=0,
                                logits_and_loss=0, temporaries=temp_opt, cuda_overhead=ws),
     }
+    # the embedding's backward (full fine-tuning): its new gradient is a separate tensor until
+    # AccumulateGrad adds it to an existing .grad (accumulation); a tied LM head's gradient waits
+    # in the autograd engine's input buffer to be summed with it (in place on CUDA:
+    # torch/csrc/autograd/input_buffer.cpp, accumulate)
+    extra = (emb_grad if tied else 0) + (emb_grad if w.accum > 1 else 0)
+    if device == "sim" and tied:
+        extra += emb_grad
+    if extra:
+        phases["embedding_backward"] = dict(parameters=weights, gradients=grads, optimizer_state=state,
+                                            activations=0, logits_and_loss=0, temporaries=extra, cuda_overhead=ws)
     totals = {k: sum(v.values()) for k, v in phases.items()}
-    peak = max(PHASES, key=lambda k: totals[k])
+    peak = max(phases, key=lambda k: totals[k])
     breakdown = {k: int(phases[peak][k]) for k in KEYS}
 
-    notes["parameters"] += _param_note(w, autocast_cache, saved_casts, peak, n_dev)
+    notes["parameters"] += _param_note(w, cache, cached_bwd + casts, peak, n_dev)
     notes["gradients"] = _grad_note(w, trainable, g_bytes, peak, n_dev)
     notes["optimizer_state"] = _state_note(w, trainable, s_bytes, n_dev)
-    notes["activations"] = _act_note(w, p, act, block, peak)
+    notes["activations"] = _act_note(w, p, act, peak)
     notes["logits_and_loss"] = (f"logits 与 loss：N·V = {w.batch * w.seq:,} × {p.vocab:,}。HF 先把 logits 升为 fp32"
                                 f"（logits.float()），前向末尾有 logits + fp32 副本 + log_softmax 输出；反向开始时有 "
                                 f"log_softmax 输出、nll_loss 的梯度和 log_softmax 的梯度 = 3 × N·V × 4 字节"
                                 f"（{_mib(lg['backward_start'])}）。")
-    notes["temporaries"] = _temp_note(w, temp_opt, zero3_gather, dequant, peak)
+    notes["temporaries"] = _temp_note(w, temp_opt, zero3_gather, dequant, extra, peak)
     notes["cuda_overhead"] = ("cuBLAS 工作区由 PyTorch 缓存分配器分配，计入 max_memory_allocated：Hopper（sm90）默认 "
                               "CUBLAS_WORKSPACE_CONFIG=:4096:8 = 32 MiB（见 ATen/cuda/CublasHandlePool.cpp）；"
                               "反向在 autograd 自己的线程上跑、用另一个 cuBLAS 句柄，所以训练时有 2 份 = 64 MiB。"
@@ -562,31 +1030,45 @@ def estimate(w: Workload, qlora: bool = False) -> Estimate:
     return Estimate(w, int(totals[peak]), breakdown, notes, params, trainable, peak, totals)
 
 
-_PHASE_ZH = {"forward_end": "前向末尾", "backward_start": "反向开始", "backward_end": "反向末尾",
-             "optimizer_step": "优化器 step", "prefill": "前向（prefill）"}
+_PHASE_ZH = {"block_forward": "最后一层前向", "forward_end": "前向末尾", "backward_start": "反向开始", "head_backward": "输出层反向",
+             "block_backward": "最后一层反向",
+             "backward_end": "反向末尾", "embedding_backward": "词嵌入反向", "optimizer_step": "优化器 step",
+             "prefill": "前向（prefill）"}
 
 
-def _optimizer_temp_bytes(w: Workload, p: Preset, trainable: int, s_bytes: int, lora: bool) -> int:
+def _optimizer_temp_bytes(w: Workload, p: Preset, shapes: list, s_bytes: int) -> int:
     """Extra memory while optimizer.step() runs.
 
-    foreach AdamW (PyTorch's default on GPU, torch/optim/adamw.py `_multi_tensor_adamw`) computes
-    `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)` for all parameters at once: one full copy.
-    The for-loop variant (foreach=False) and Adafactor allocate one parameter-sized buffer at a time
-    (the largest is the embedding). SGD(+momentum) and bitsandbytes' 8-bit AdamW update in place.
+    - foreach AdamW (PyTorch's default on GPU, torch/optim/adamw.py `_multi_tensor_adamw`) computes
+      `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)` for all parameters at once: one full copy.
+      The for-loop variant (foreach=False) builds `exp_avg_sq.sqrt() / bias_correction2_sqrt` per
+      parameter (two temporaries) while the previous parameter's `denom` is still bound.
+    - foreach Adafactor (torch/optim/_adafactor.py `_multi_tensor_adafactor`) builds the variance
+      estimate `row_var @ col_var` of every matrix at once and keeps it (as `updates`) while it
+      processes the vectors: one full copy of the trainable parameters. The for-loop variant holds
+      one parameter-sized estimate, and the previous parameter's until the name is rebound.
+    - SGD(+momentum) and bitsandbytes' 8-bit AdamW update in place.
     """
     if w.optimizer in ("sgd", "sgdm", "adamw8bit"):
         return 0
-    if w.optimizer == "adamw" and w.foreach:
-        return trainable * s_bytes
-    largest = max(p.vocab * p.hidden, max(i * o for i, o, _ in linear_shapes(p).values()))
-    return (trainable if lora else largest) * s_bytes
+    n = [_numel(s) for s in shapes]
+    if w.foreach:
+        return sum(n) * s_bytes
+    # for-loop: the previous parameter's `denom` / `update` lives until the name is rebound
+    k = 2 if w.optimizer == "adamw" else 1
+    return max(k * n[i] + (n[i - 1] if i else 0) for i in range(len(n))) * s_bytes
 
 
 def _param_note(w, cache, saved_casts, peak, n_dev):
     s = ""
     if cache:
-        s += (f"autocast 把 fp32 权重转成 16 位副本并缓存到退出 autocast（{_mib(cache)}，= 矩阵乘权重 × 2 字节）；"
-              f"反向时只剩被 matmul 保存的那部分（{_mib(saved_casts)}）。")
+        what = "矩阵乘权重" if not w.lora_rank else "LoRA 适配器"
+        s += (f"autocast 只缓存需要梯度的 fp32 叶子张量的 16 位副本（{what} × 2 字节 = {_mib(cache)}），到退出 autocast 为止"
+              f"（ATen autocast_mode.cpp 的 cached_cast）。")
+    if w.mixed and w.lora_rank and not w.qlora:
+        s += "冻结的基座权重不缓存：每次使用都重新转换，只有被 matmul 为反向保存的副本留着。"
+    if saved_casts:
+        s += f"反向开始时仍被保存的 16 位权重副本：{_mib(saved_casts)}。"
     if w.zero >= 3:
         s += f"ZeRO-3：权重按 {n_dev} 卡分片，每卡 1/{n_dev}。"
     return s
@@ -609,7 +1091,8 @@ def _state_note(w, trainable, s_bytes, n_dev):
     per = {"sgd": "SGD：没有状态 = 0 字节/参数",
            "sgdm": f"SGD+动量：每个参数 1 个动量缓冲 = {s_bytes} 字节/参数",
            "adamw": f"AdamW：每个参数 2 个状态（m、v）= {2 * s_bytes} 字节/参数",
-           "adamw8bit": "8-bit AdamW（Dettmers 2022）：m、v 各 1 字节 + 分块量化常数 ≈ 2.004 字节/参数",
+           "adamw8bit": ("8-bit AdamW（Dettmers 2022；bitsandbytes 0.50）：m、v 各 1 字节 + 每 256 个值一个 fp32 量化常数"
+                         " ≈ 2.03 字节/参数；少于 4096 个元素的张量保留两个 fp32 状态（8 字节/参数）"),
            "adafactor": "Adafactor（Shazeer & Stern 2018）：矩阵的二阶矩分解为行向量 + 列向量（r + c 而不是 r·c），没有一阶矩"}
     s = per[w.optimizer] + f"；可训练参数 {trainable:,} 个。"
     if w.zero and w.mixed and not w.lora_rank:
@@ -619,9 +1102,9 @@ def _state_note(w, trainable, s_bytes, n_dev):
     return s
 
 
-def _act_note(w, p, act, block, peak):
-    s = (f"autograd 为反向保存的张量（micro-batch {w.batch} × 序列 {w.seq}）。每层 {_mib(block)}，"
-         f"按张量逐个累加（见 saved_per_block）；参考公式 Korthikanti 2022：每层 sbh·(34 + 5as/h) 字节（16 位）。")
+def _act_note(w, p, act, peak):
+    s = (f"autograd 为反向保存的张量（micro-batch {w.batch} × 序列 {w.seq}），按张量逐个累加（见 saved_per_block）；"
+         f"参考公式 Korthikanti 2022：每层 sbh·(34 + 5as/h) 字节（16 位）。")
     if w.attention == "sdpa":
         s += "SDPA（FlashAttention / memory-efficient）不保存 s² 的注意力分数。"
     else:
@@ -629,24 +1112,31 @@ def _act_note(w, p, act, block, peak):
     if w.checkpointing == "full":
         s += "全量检查点：每层只保留输入 B·S·h，反向时一次重算一层。"
     elif w.checkpointing == "selective":
-        s += "选择性重算：丢掉 s² 的注意力张量，其余保留（Korthikanti：34·sbh）。"
+        s += ("选择性检查点（vramlab 的定义，与第 7 章教程相同）：每层的注意力模块（q/k/v/o 投影与注意力核心）"
+              "只保留输入，反向时重算；MLP 照常保存。")
     if w.offload == "activations":
-        s += "save_on_cpu：保存的张量在主存里，设备上只剩反向时逐个取回的工作集。"
+        s += "save_on_cpu：保存的张量（连同检查点为重算保存的输入）在主存里，反向时逐个取回；重算时保存的张量留在设备上。"
     if w.accum > 1:
         s += f"梯度累积：激活只与 micro-batch 有关，与累积步数 {w.accum} 无关。"
     if w.lora_rank:
         s += "LoRA：冻结层的输入不必保存（不需要它们的权重梯度），但梯度仍要流过所有层。"
+    if w.qlora:
+        s += "QLoRA：非量化参数是 FP32，4 位层把输出转回输入的精度，所以残差流和大部分激活值是 FP32。"
     return s
 
 
-def _temp_note(w, temp_opt, gather, dequant, peak):
+def _temp_note(w, temp_opt, gather, dequant, emb_extra, peak):
     s = ""
-    if w.optimizer == "adamw" and w.foreach:
-        s += f"foreach AdamW 一次为全部参数算 sqrt(v)：临时多一份参数大小（{_mib(temp_opt)}），只在 step 时出现。"
+    if w.optimizer in ("adamw", "adafactor") and w.foreach:
+        what = "sqrt(v)" if w.optimizer == "adamw" else "row_var @ col_var 的方差估计"
+        s += f"foreach {w.optimizer} 一次为全部参数算 {what}：临时多一份参数大小（{_mib(temp_opt)}），只在 step 时出现。"
     elif temp_opt:
-        s += f"优化器逐个参数计算，临时缓冲最大为一个参数张量（{_mib(temp_opt)}）。"
+        s += f"优化器逐个参数计算，临时缓冲按最大的参数张量计（{_mib(temp_opt)}）。"
     else:
         s += "优化器原地更新，没有大的临时张量。"
+    if emb_extra:
+        s += (f"词嵌入反向：新算出的词嵌入梯度在加进已有梯度（梯度累积）或与共享权重的输出层梯度相加之前是单独的张量"
+              f"（{_mib(emb_extra)}）。")
     if gather:
         s += f"ZeRO-3：当前层与预取层的完整权重（{_mib(gather)}）。"
     if dequant:

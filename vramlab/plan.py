@@ -1,19 +1,26 @@
 """Plan a fine-tune: which settings fit a card, and which of those is fastest?
 
-    vramlab plan --config path/to/config.json --card 24GiB [--gpus N] [--seq S] [--global-batch B] [--json]
-    python -m vramlab.plan --bench            # estimate vs simulated device for every sample config
+    vramlab plan --config path/to/config.json --card T4 [--gpus N] [--seq S] [--global-batch B]
+                 [--lora-targets default|qkvo|all-linear] [--json]
+    vramlab plan --config ... --card 24GiB       # any size; the step-time constants are then an RTX 4090's
+    python -m vramlab.plan --bench               # estimate vs simulated device for every sample config
+    python -m vramlab.plan --bench --sweep       # every sample config x 16/24/48/80 GiB: picks checked
 
-The search. Every combination of the course's techniques is a `Workload` (plus a QLoRA flag):
-precision (fp32, bf16-mixed, pure bf16), method (full fine-tuning, LoRA, QLoRA with `--lora-rank`),
-optimizer (AdamW, 8-bit AdamW, Adafactor), activation checkpointing (none, selective, full),
-activation offload (save_on_cpu), ZeRO stage 0-3 over `--gpus` (stage 3 = FSDP's full sharding),
-and micro-batch x accumulation = global batch / GPUs (micro-batches are powers of two).
-`vramlab.estimate` gives each one's peak; a candidate fits if that peak times the allocator's
-typical overhead (the median reserved/allocated ratio of the H200 reference table) is at most the
-card minus the CUDA context. Fitting candidates are ranked by `step_cost` (below); the best few are
-then run for real shapes on the simulated device under FakeTensorMode with the card's budget
-(single GPU only: the simulated device runs one process), and the micro-batch one size up is run
-too, to show it would not fit.
+The search. Every combination of the course's techniques is a `Workload`: precision (mixed and pure
+16-bit, FP32: BF16 on cards that have it, FP16 with loss scaling on cards without), method (full
+fine-tuning, LoRA and QLoRA with `--lora-rank` on `--lora-targets`), optimizer (AdamW; 8-bit AdamW
+where it saves a meaningful share, `EIGHT_BIT_MIN_SHARE`; Adafactor for full fine-tuning),
+activation checkpointing (none, selective, full), activation offload (save_on_cpu), ZeRO stage 0-3
+over `--gpus` (stage 3 = FSDP's full sharding), and micro-batch x accumulation = global batch /
+GPUs (micro-batches are powers of two). `vramlab.estimate` gives each one's peak; a candidate fits
+if that peak times the allocator's typical overhead (the median reserved/allocated ratio of the
+H200 reference table) is at most the card minus the CUDA context. Candidates that differ only in
+micro-batch are one *recipe*; recipes are ranked by `step_cost` of their largest fitting
+micro-batch (below). The best recipes are then run on the simulated device under FakeTensorMode
+with the card's budget (single GPU only: the simulated device runs one process): a recipe whose
+micro-batch does not fit there backs off to the next smaller micro-batch, then gives way to the
+next recipe, and each micro-batch one size up is run too, to show it would not fit. What was
+skipped, and why, is part of the result.
 
 The cost model (`step_cost`): seconds of one optimizer step on one GPU at peak rates, no overlap.
 It ranks; it does not predict wall time (real steps reach a fraction of peak).
@@ -40,59 +47,138 @@ It ranks; it does not predict wall time (real steps reach a fraction of peak).
               forward and again for the backward and reduce-scatters gradients, 3Ψ per micro-batch.
               Ring collectives move (N-1)/N of that per GPU over the GPU link.
 
-Hardware constants (`Hardware`): an RTX 4090-class 24 GB card by default, from NVIDIA's "Ada GPU
-Architecture" whitepaper, Appendix A (GeForce RTX 4090): 165.2 TFLOPS dense BF16 tensor with FP32
-accumulate, 82.6 TFLOPS FP32 (PyTorch runs FP32 matmuls without TF32 by default), 1008 GB/s memory
-bandwidth; PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction, which is also
-the GPU-to-GPU link (no NVLink). Every constant can be overridden.
+Hardware constants (`Hardware`) come from the card (`CARDS`: peak dense 16-bit tensor TFLOPS with
+FP32 accumulate, FP32 TFLOPS, memory bandwidth, PCIe generation, each with its source); for a size
+given in bytes, an RTX 4090-class 24 GB card (NVIDIA "Ada GPU Architecture" whitepaper, Appendix
+A). PyTorch runs FP32 matmuls without TF32 by default, so FP32 uses the non-tensor rate. The
+GPU-to-GPU link is taken as PCIe (no NVLink) unless --link-gbps says otherwise.
 """
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
-from .estimate import (DTYPE_BYTES, Estimate, activation_bytes, estimate, linear_shapes, lora_params,
-                       matmul_weight_params, param_count)
+from .estimate import (Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
+                       param_count)
 from .models import Preset, get_preset
-from .units import MiB, fmt_bytes, parse_bytes
-from .workload import Workload, WorkloadError
+from .units import GiB, MiB, fmt_bytes, parse_bytes
+from .workload import LORA_TARGETS, Workload, WorkloadError
 
 CONTEXT_BYTES = 700 * MiB      # CUDA context, outside the allocator: ~600-700 MiB on the H200 reference
-PRECISIONS = ("bf16-mixed", "bf16", "fp32")
+PRECISIONS = ("bf16-mixed", "bf16", "fp32")                 # cards with BF16
+PRECISIONS_NO_BF16 = ("fp16-mixed", "fp16", "fp32")         # cards without: FP16 with loss scaling
 METHODS = ("full", "lora", "qlora")
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)     # estimate.qlora_weight_bytes per weight
-
 PARETO_STEP = 0.02
+# 8-bit AdamW is offered only where it saves at least this share of the AdamW candidate's peak.
+# It brings a dependency (bitsandbytes, CUDA-only kernels) and quantisation noise in m and v
+# (Dettmers et al. 2022 report parity on their benchmarks, not on every model); below 5% of the
+# peak a micro-batch size or a checkpointing choice moves memory more than it does. LoRA's
+# adapters are ~0.1-1% of the weights, so 8-bit AdamW saves megabytes there and is never offered.
+EIGHT_BIT_MIN_SHARE = 0.05
 CATEGORY_ZH = {"parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
                "logits_and_loss": "logits 与损失", "temporaries": "临时张量", "cuda_overhead": "CUDA 开销"}
 
 METHOD_ZH = {"full": "全参数微调", "lora": "LoRA", "qlora": "QLoRA"}
-PRECISION_ZH = {"fp32": "FP32", "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）", "bf16": "纯 BF16 权重"}
+PRECISION_ZH = {"fp32": "FP32", "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）", "bf16": "纯 BF16 权重",
+                "fp16-mixed": "FP16 混合精度（FP32 权重 + autocast + 损失缩放）", "fp16": "纯 FP16 权重（冻结的基座）"}
 OPTIMIZER_ZH = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW", "adafactor": "Adafactor（分解的二阶矩）"}
 CKPT_ZH = {"none": "不检查点", "selective": "选择性重算（注意力模块）", "full": "全量激活检查点"}
+TARGETS_ZH = {"default": "peft 默认目标", "qkvo": "注意力的 q/k/v/o 投影", "all-linear": "全部线性层（输出层除外）"}
+DEFAULT_TARGET_NAMES = {"gpt2": "c_attn", "bert": "query、value", "llama": "q_proj、v_proj", "mixtral": "q_proj、v_proj"}
 
 
 @dataclass(frozen=True)
 class Hardware:
     name: str = "RTX 4090 级 24 GB 显卡（默认常数）"
-    bf16_tflops: float = 165.2     # dense BF16 tensor, FP32 accumulate
+    bf16_tflops: float = 165.2     # dense 16-bit tensor (BF16, or FP16 on cards without BF16), FP32 accumulate
     fp32_tflops: float = 82.6
     hbm_gbps: float = 1008.0
     pcie_gbps: float = 31.5        # host <-> device, per direction
     link_gbps: float = 31.5        # GPU <-> GPU (PCIe without NVLink)
 
 
+# PCIe x16 per direction: gen3 8 GT/s, gen4 16, gen5 32 GT/s; 16 lanes, 128b/130b encoding
+_PCIE = {3: 15.75, 4: 31.5, 5: 63.0}
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU: memory (nominal, as the data sheet gives it, taken as GiB: the chips are binary-sized;
+    the driver reports a little less, e.g. 40,441 MiB on an A100 40GB), BF16 support, dense 16-bit
+    tensor TFLOPS with FP32 accumulate (BF16 where supported, else FP16), FP32 TFLOPS (no TF32),
+    memory bandwidth GB/s, PCIe generation, and where the figures come from."""
+    name: str
+    label: str
+    memory_gib: int
+    bf16: bool
+    tflops16: float
+    tflops32: float
+    hbm_gbps: float
+    pcie: int
+    source: str
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_gib * GiB
+
+    def hardware(self) -> Hardware:
+        return Hardware(name=self.label, bf16_tflops=self.tflops16, fp32_tflops=self.tflops32, hbm_gbps=self.hbm_gbps,
+                        pcie_gbps=_PCIE[self.pcie], link_gbps=_PCIE[self.pcie])
+
+
+CARDS = {c.name: c for c in [
+    Card("T4", "NVIDIA T4 16 GB", 16, False, 65.0, 8.1, 320, 3,
+         "NVIDIA T4 Tensor Core GPU 数据手册：FP16 混合精度 65 TFLOPS、FP32 8.1 TFLOPS、GDDR6 320 GB/s；Turing 没有 BF16"),
+    Card("V100-16GB", "NVIDIA V100 SXM2 16 GB", 16, False, 125.0, 15.7, 900, 3,
+         "NVIDIA Tesla V100 数据手册（SXM2）：Tensor 125 TFLOPS、FP32 15.7 TFLOPS、HBM2 900 GB/s；Volta 没有 BF16"),
+    Card("V100-32GB", "NVIDIA V100 SXM2 32 GB", 32, False, 125.0, 15.7, 900, 3,
+         "NVIDIA Tesla V100 数据手册（SXM2）：Tensor 125 TFLOPS、FP32 15.7 TFLOPS、HBM2 900 GB/s；Volta 没有 BF16"),
+    Card("A10", "NVIDIA A10 24 GB", 24, True, 125.0, 31.2, 600, 4,
+         "NVIDIA A10 数据手册：BF16 Tensor 125 TFLOPS（稀疏 250）、FP32 31.2 TFLOPS、GDDR6 600 GB/s"),
+    Card("RTX3090", "GeForce RTX 3090 24 GB", 24, True, 71.0, 35.6, 936, 4,
+         "NVIDIA Ampere GA102 白皮书附录 A：BF16 Tensor（FP32 累加）71 TFLOPS、FP32 35.6 TFLOPS、936 GB/s"),
+    Card("RTX4090", "GeForce RTX 4090 24 GB", 24, True, 165.2, 82.6, 1008, 4,
+         "NVIDIA Ada GPU 架构白皮书附录 A：BF16 Tensor（FP32 累加）165.2 TFLOPS、FP32 82.6 TFLOPS、1008 GB/s"),
+    Card("L4", "NVIDIA L4 24 GB", 24, True, 121.0, 30.3, 300, 4,
+         "NVIDIA L4 数据手册：BF16 Tensor 121 TFLOPS（稀疏 242）、FP32 30.3 TFLOPS、GDDR6 300 GB/s"),
+    Card("A100-40GB", "NVIDIA A100 SXM 40 GB", 40, True, 312.0, 19.5, 1555, 4,
+         "NVIDIA A100 数据手册：BF16 Tensor 312 TFLOPS、FP32 19.5 TFLOPS、HBM2 1555 GB/s"),
+    Card("A100-80GB", "NVIDIA A100 SXM 80 GB", 80, True, 312.0, 19.5, 2039, 4,
+         "NVIDIA A100 数据手册：BF16 Tensor 312 TFLOPS、FP32 19.5 TFLOPS、HBM2e 2039 GB/s"),
+    Card("H100", "NVIDIA H100 SXM 80 GB", 80, True, 989.4, 66.9, 3350, 5,
+         "NVIDIA H100 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3 3.35 TB/s"),
+    Card("H200", "NVIDIA H200 SXM 141 GB", 141, True, 989.4, 66.9, 4800, 5,
+         "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s"),
+]}
+_CARD_ALIASES = {"V100": "V100-16GB", "A100": "A100-40GB", "3090": "RTX3090", "4090": "RTX4090",
+                 "H100-80GB": "H100", "H200-141GB": "H200"}
+
+
+def find_card(text: str) -> Card | None:
+    """A card of `CARDS` by name, forgiving case, spaces and dashes ("t4", "A100 80GB", "rtx 4090")."""
+    def key(s):
+        return re.sub(r"[\s_\-]+", "", s).upper()
+    names = {key(n): n for n in CARDS} | {key(a): n for a, n in _CARD_ALIASES.items()}
+    name = names.get(key(text))
+    return CARDS[name] if name else None
+
+
 @dataclass(frozen=True)
 class Candidate:
     workload: Workload
-    qlora: bool = False
+
+    @property
+    def qlora(self) -> bool:
+        return self.workload.qlora
 
     @property
     def method(self) -> str:
-        return "qlora" if self.qlora else ("lora" if self.workload.lora_rank else "full")
+        return "qlora" if self.workload.qlora else ("lora" if self.workload.lora_rank else "full")
 
 
 @dataclass
@@ -151,7 +237,7 @@ def step_cost(c: Candidate, p: Preset, hw: Hardware) -> dict:
     attn = 2 * p.n_layers * w.seq * p.heads * _head_dim(p)        # Kaplan's attention term, per token
     fwd = 2 * n_mm + attn
     lora = w.lora_rank > 0
-    adapters = lora_params(p, w.lora_rank) if lora else 0
+    adapters = lora_params(p, w.lora_rank, w.lora_targets) if lora else 0
     train = (fwd + 2 * n_mm + 2 * attn + 6 * adapters) if lora else 3 * fwd
     if w.checkpointing == "full":
         recompute = fwd
@@ -167,10 +253,10 @@ def step_cost(c: Candidate, p: Preset, hw: Hardware) -> dict:
 
     passes = 3 if w.checkpointing == "full" else 2
     out["dequant"] = (passes * matmul_weight_params(p) * (NF4_BYTES + 2) * w.accum / (hw.hbm_gbps * 1e9)
-                      if c.qlora else 0.0)
+                      if w.qlora else 0.0)
 
     trainable = adapters if lora else param_count(p)
-    wb = 2 if w.precision == "bf16" and not lora else 4        # adapters are fp32 (peft)
+    wb = 2 if w.precision in ("bf16", "fp16") and not lora else 4        # adapters are fp32 (peft)
     state = {"adamw": 2 * wb, "adamw8bit": 2, "adafactor": 0, "sgd": 0, "sgdm": wb}[w.optimizer]
     if w.zero and w.mixed and not lora:
         state += 4                                            # fp32 master weights
@@ -180,7 +266,7 @@ def step_cost(c: Candidate, p: Preset, hw: Hardware) -> dict:
     comm = 0.0
     if w.gpus > 1:
         ring = (w.gpus - 1) / w.gpus
-        gb = 2 if (w.mixed or w.precision == "bf16") and not lora else 4
+        gb = 2 if (w.mixed or w.precision in ("bf16", "fp16")) and not lora else 4
         grads = trainable * gb
         if w.zero in (0, 1):
             comm = 2 * grads
@@ -199,17 +285,38 @@ def step_cost(c: Candidate, p: Preset, hw: Hardware) -> dict:
 # Search
 # ---------------------------------------------------------------------------------------------
 
+
+# ---------------------------------------------------------------------------------------------
+# Search
+# ---------------------------------------------------------------------------------------------
+
 def micro_batches(per_gpu: int) -> list[int]:
     return [b for b in (2 ** i for i in range(0, 12)) if b <= per_gpu and per_gpu % b == 0]
 
 
-def candidates(p: Preset, seq: int, global_batch: int, gpus: int, lora_rank: int = 16,
-               methods=METHODS, precisions=PRECISIONS) -> list[Candidate]:
+def precisions_for(bf16: bool, method: str) -> tuple[str, ...]:
+    """Mixed and pure 16-bit and FP32, in BF16 where the card has it, else FP16 (mixed: with a
+    GradScaler). Pure FP16 weights only for a frozen base: full fine-tuning in pure FP16 overflows
+    and underflows without master weights; QLoRA computes in the 16-bit type (mixed or not)."""
+    if method == "qlora":
+        return ("bf16-mixed", "bf16") if bf16 else ("fp16-mixed", "fp16")
+    if bf16:
+        return PRECISIONS
+    return ("fp16-mixed", "fp32") if method == "full" else PRECISIONS_NO_BF16
+
+
+def candidates(p: Preset, seq: int, global_batch: int, gpus: int, lora_rank: int = 16, methods=METHODS,
+               precisions=None, bf16: bool = True, lora_targets: str = "default") -> list[Candidate]:
+    """Every workload of the search, 8-bit AdamW included (see `search` for its threshold)."""
     per_gpu = global_batch // gpus
     out = []
     zeros = (0,) if gpus == 1 else (0, 1, 2, 3)
     for method in methods:
-        precs = ("bf16",) if method == "qlora" else precisions
+        if method == "qlora" and p.family == "mixtral":
+            continue
+        precs = precisions_for(bf16, method)
+        if precisions is not None:
+            precs = tuple(x for x in precs if x in precisions)
         optimizers = ("adamw", "adamw8bit", "adafactor") if method == "full" else ("adamw", "adamw8bit")
         for precision in precs:
             for optimizer in optimizers:
@@ -219,34 +326,28 @@ def candidates(p: Preset, seq: int, global_batch: int, gpus: int, lora_rank: int
                             for b in micro_batches(per_gpu):
                                 w = Workload(model=p.name, batch=b, seq=seq, optimizer=optimizer, precision=precision,
                                              checkpointing=ckpt, lora_rank=0 if method == "full" else lora_rank,
-                                             zero=zero, gpus=gpus, accum=per_gpu // b, offload=offload)
-                                out.append(Candidate(w, qlora=method == "qlora"))
+                                             lora_targets=lora_targets if method != "full" else "default",
+                                             qlora=method == "qlora", zero=zero, gpus=gpus, accum=per_gpu // b,
+                                             offload=offload)
+                                out.append(Candidate(w))
     return out
 
 
-def qlora_head_correction(c: Candidate, p: Preset) -> int:
-    """`estimate(w, qlora=True)` stores every matmul weight in NF4, the LM head included; bitsandbytes
-    (transformers' BitsAndBytesConfig) keeps the output embedding in 16-bit. Add the difference."""
-    if not c.qlora:
-        return 0
-    return int(p.vocab * p.hidden * (DTYPE_BYTES[c.workload.param_dtype_name] - NF4_BYTES))
-
-
 def score(c: Candidate, p: Preset, usable: int, hw: Hardware, overhead: float) -> Scored:
-    e = estimate(c.workload, qlora=c.qlora)
-    need = e.total_bytes + qlora_head_correction(c, p)
+    e = estimate(c.workload)
+    need = e.total_bytes
     w = c.workload
     if w.gpus > 1 and w.zero == 0:
         # DDP's gradient buckets are a second copy of the gradients (gradient_as_bucket_view=False,
         # PyTorch's default; see torch.nn.parallel.DistributedDataParallel)
-        need += lora_params(p, w.lora_rank) * 4 if w.lora_rank else e.trainable_params * (2 if w.precision == "bf16" else 4)
+        need += e.trainable_params * (4 if w.lora_rank else (2 if w.precision in ("bf16", "fp16") else 4))
     need = int(need * overhead)
     return Scored(c, e, need, step_cost(c, p, hw), need <= usable)
 
 
 # prefer, at equal cost: larger micro-batches (fewer, larger kernels), mixed precision over pure
 # 16-bit weights (rounding of small updates), AdamW over approximations, less memory
-_PREC_RANK = {"bf16-mixed": 0, "fp32": 1, "bf16": 2}
+_PREC_RANK = {"bf16-mixed": 0, "fp16-mixed": 0, "fp32": 1, "bf16": 2, "fp16": 2}
 _OPT_RANK = {"adamw": 0, "adamw8bit": 1, "adafactor": 2}
 
 
@@ -255,46 +356,75 @@ def _key(s: Scored):
     return (round(s.cost["total"], 6), -w.batch, _PREC_RANK[w.precision], _OPT_RANK[w.optimizer], s.need_bytes)
 
 
-def _family_key(s: Scored):
-    """Candidates that differ only in micro-batch, optimizer or offload are one 'recipe'."""
-    w = s.workload
-    return (s.candidate.method, w.precision, w.checkpointing, w.zero)
+def _recipe(w: Workload) -> tuple:
+    """Candidates that differ only in micro-batch (and accumulation) are one recipe."""
+    return (w.qlora, w.lora_rank > 0, w.precision, w.optimizer, w.checkpointing, w.offload, w.zero)
 
 
 def search(p: Preset, card: int, gpus: int = 1, seq: int = 2048, global_batch: int = 16, lora_rank: int = 16,
-           methods=METHODS, hw: Hardware = Hardware(), context: int = CONTEXT_BYTES, precisions=PRECISIONS):
-    """(all scored candidates, the fitting ones ranked best-first with one per recipe)."""
+           methods=METHODS, hw: Hardware = Hardware(), context: int = CONTEXT_BYTES, precisions=None,
+           bf16: bool = True, lora_targets: str = "default"):
+    """(all scored candidates, the recipes ranked best-first, what was left out and why).
+
+    A recipe is a list of its fitting candidates, largest micro-batch first. The ranking keeps,
+    per method, the Pareto front of the recipes' largest micro-batches: a recipe is dropped if a
+    faster one of the same method needs at most 2% more memory (PARETO_STEP). 8-bit AdamW is
+    dropped where it saves less than EIGHT_BIT_MIN_SHARE of the AdamW recipe's peak."""
     usable = card - context
     if usable <= 0:
         raise WorkloadError(f"显存 {fmt_bytes(card)} 小于 CUDA 上下文的预留（{fmt_bytes(context)}）")
     overhead = allocator_overhead()
-    scored = []
-    for c in candidates(p, seq, global_batch, gpus, lora_rank, methods, precisions):
+    scored, left_out = [], []
+    for c in candidates(p, seq, global_batch, gpus, lora_rank, methods, precisions, bf16, lora_targets):
         try:
             scored.append(score(c, p, usable, hw, overhead))
         except WorkloadError:
             continue
-    fitting = sorted((s for s in scored if s.fits), key=_key)
-    # keep the Pareto front: a candidate is dropped if another is at least as fast and needs at
-    # most as much memory (so each one shown is the fastest way to fit in its amount of memory);
-    # an alternative must save at least PARETO_STEP of the memory to count as one
-    # First the best of each recipe (its cheapest, largest micro-batch), then the front over those.
-    per_recipe, seen = [], set()
-    for s in fitting:
-        k = _family_key(s)
-        if k not in seen:
-            seen.add(k)
-            per_recipe.append(s)
+    # 8-bit AdamW: only where it saves a meaningful share of the same recipe with AdamW
+    by_key = {(_recipe(s.workload), s.workload.batch): s for s in scored}
+    kept, dropped = [], {}
+    for s in scored:
+        w = s.workload
+        base = by_key.get((_recipe(replace(w, optimizer="adamw")), w.batch)) if w.optimizer == "adamw8bit" else None
+        if base is not None and base.estimate.total_bytes - s.estimate.total_bytes < \
+                EIGHT_BIT_MIN_SHARE * base.estimate.total_bytes:
+            if s.fits:
+                dropped.setdefault(_recipe(w), []).append((s, base))
+            continue
+        kept.append(s)
+    scored = kept
+    kept_recipes = {_recipe(s.workload) for s in scored if s.fits}
+    per_method: dict = {}
+    for key, pairs in dropped.items():
+        if key in kept_recipes:         # some micro-batch of this recipe saves enough: no note
+            continue
+        s, base = max(pairs, key=lambda sb: sb[0].estimate.total_bytes / max(1, sb[1].estimate.total_bytes))
+        per_method.setdefault(s.candidate.method, []).append((s, base))
+    for method, pairs in per_method.items():
+        s, base = max(pairs, key=lambda sb: 1 - sb[0].estimate.total_bytes / sb[1].estimate.total_bytes)
+        saved = max(0, base.estimate.total_bytes - s.estimate.total_bytes)
+        left_out.append({"workload": s.workload.to_dict(), "summary": f"{METHOD_ZH[method]} + 8-bit AdamW（{len(pairs)} 个方案）",
+                         "reason": f"最多只比 AdamW 省 {fmt_bytes(saved)}（峰值的 {100 * saved / base.estimate.total_bytes:.1f}%），"
+                                   f"不到 {EIGHT_BIT_MIN_SHARE:.0%}，不值得为它引入 bitsandbytes"})
+    recipes: dict = {}
+    for s in sorted((s for s in scored if s.fits), key=lambda s: -s.workload.batch):
+        recipes.setdefault(_recipe(s.workload), []).append(s)
+    ordered = sorted(recipes.values(), key=lambda r: _key(r[0]))
     # The front is taken per method (full / LoRA / QLoRA trade quality, which the cost model does not
     # see); each method's fastest comes first, then the memory-saving alternatives, by cost.
-    fronts = {}
-    for s in per_recipe:
-        front = fronts.setdefault(s.candidate.method, [])
-        if not front or s.need_bytes < front[-1].need_bytes * (1 - PARETO_STEP):
-            front.append(s)
-    heads = sorted((f[0] for f in fronts.values()), key=_key)
-    rest = sorted((s for f in fronts.values() for s in f[1:]), key=_key)
-    return scored, heads + rest
+    fronts: dict = {}
+    for r in ordered:
+        front = fronts.setdefault(r[0].candidate.method, [])
+        if not front or r[0].need_bytes < front[-1][0].need_bytes * (1 - PARETO_STEP):
+            front.append(r)
+        else:
+            better = front[-1][0]
+            left_out.append({"workload": r[0].workload.to_dict(), "summary": workload_zh(r[0].workload, p),
+                             "reason": f"比“{workload_zh(better.workload, p)}”慢（{_s(r[0].cost['total'])} 对 "
+                                       f"{_s(better.cost['total'])}/步），显存也没有省下 {PARETO_STEP:.0%} 以上"})
+    heads = sorted((f[0] for f in fronts.values()), key=lambda r: _key(r[0]))
+    rest = sorted((r for f in fronts.values() for r in f[1:]), key=lambda r: _key(r[0]))
+    return scored, heads + rest, left_out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,9 +436,7 @@ def sim_reason(c: Candidate, p: Preset) -> str | None:
     w = c.workload
     if w.gpus > 1:
         return "多卡（ZeRO/数据并行）：模拟设备只跑单个进程，此项按估算"
-    if c.qlora and p.family == "mixtral":
-        return "QLoRA + MoE：专家权重是 3 维张量，模拟设备的 NF4 替身只替换线性层，此项按估算"
-    if w.optimizer == "adamw8bit" and c.method == "full":
+    if w.optimizer == "adamw8bit":
         try:
             import bitsandbytes  # noqa: F401
         except ImportError:
@@ -320,23 +448,21 @@ def sim_reason(c: Candidate, p: Preset) -> str | None:
 
 
 def run_on_sim(w: Workload, budget: int | None, steps: int = 1, qlora: bool = False) -> dict:
-    """Warm-up step + `steps` measured steps of `w` on SimDevice(fake=True, budget=budget); with
-    `qlora`, the base's linear layers are NF4 stand-ins (vramlab.sim.nf4).
+    """Warm-up step + `steps` measured steps of `w` on SimDevice(fake=True, budget=budget) (QLoRA:
+    `w.qlora`, the NF4 stand-in of vramlab.sim.nf4; `qlora=True` is the same, for older callers).
 
     Accumulation runs at most 2 micro-batches per step: from the second one on, every micro-batch
     sees the same memory (the gradients of the first already exist), so 16 would peak the same."""
-    import contextlib
-
     import torch
 
     from .meter import measure_steps, open_device
     from .runner import build_training
-    from .sim.nf4 import qlora_runner
 
+    if qlora:
+        w = replace(w, qlora=True)
     t0 = time.perf_counter()
     try:
-        with qlora_runner() if qlora else contextlib.nullcontext(), \
-                open_device("sim", fake=True, budget=budget, timeline=False) as dev:
+        with open_device("sim", fake=True, budget=budget, timeline=False) as dev:
             _model, _opt, step = build_training(replace(w, accum=min(w.accum, 2)), dev)
             m = measure_steps(step, dev, warmup=1, steps=steps)
     except torch.OutOfMemoryError as e:
@@ -351,31 +477,48 @@ def run_on_sim(w: Workload, budget: int | None, steps: int = 1, qlora: bool = Fa
 
 def _toggles(s: Scored) -> list[tuple[str, Candidate]]:
     """Each technique the recommendation uses, and the candidate without it."""
-    c, w = s.candidate, s.workload
+    w = s.workload
     out = []
-    if c.qlora:
-        out.append(("QLoRA（NF4 基座）", replace(c, qlora=False)))
+    if w.qlora:
+        out.append(("QLoRA（NF4 基座）", Candidate(replace(w, qlora=False))))
     elif w.lora_rank:
-        out.append((f"LoRA r={w.lora_rank}", Candidate(replace(w, lora_rank=0))))
+        out.append((f"LoRA r={w.lora_rank}", Candidate(replace(w, lora_rank=0, lora_targets="default"))))
     if w.precision != "fp32":
-        out.append((PRECISION_ZH[w.precision], replace(c, workload=replace(w, precision="fp32"))))
+        out.append((precision_zh(w), Candidate(replace(w, precision="fp32"))))
     if w.optimizer != "adamw":
-        out.append((OPTIMIZER_ZH[w.optimizer], replace(c, workload=replace(w, optimizer="adamw"))))
+        out.append((OPTIMIZER_ZH[w.optimizer], Candidate(replace(w, optimizer="adamw"))))
     if w.checkpointing != "none":
-        out.append((CKPT_ZH[w.checkpointing], replace(c, workload=replace(w, checkpointing="none"))))
+        out.append((CKPT_ZH[w.checkpointing], Candidate(replace(w, checkpointing="none"))))
     if w.offload != "none":
-        out.append(("激活值卸载到主存（save_on_cpu）", replace(c, workload=replace(w, offload="none"))))
+        out.append(("激活值卸载到主存（save_on_cpu）", Candidate(replace(w, offload="none"))))
     if w.zero:
-        out.append((f"ZeRO-{w.zero}（{w.gpus} 卡分片）", replace(c, workload=replace(w, zero=0))))
+        out.append((f"ZeRO-{w.zero}（{w.gpus} 卡分片）", Candidate(replace(w, zero=0))))
     if w.accum > 1:
-        out.append((f"梯度累积 {w.accum} 步", replace(c, workload=replace(w, batch=w.batch * w.accum, accum=1))))
+        out.append((f"梯度累积 {w.accum} 步", Candidate(replace(w, batch=w.batch * w.accum, accum=1))))
     return out
 
 
-def _workload_zh(c: Candidate) -> str:
-    w = c.workload
-    parts = [METHOD_ZH[c.method] + (f" r={w.lora_rank}" if w.lora_rank else ""), PRECISION_ZH[w.precision],
-             OPTIMIZER_ZH[w.optimizer], CKPT_ZH[w.checkpointing]]
+def targets_zh(w: Workload, p: Preset | None = None) -> str:
+    """LoRA's target modules in words (peft's default named per family)."""
+    if w.lora_targets == "default" and p is not None:
+        return f"目标 {DEFAULT_TARGET_NAMES[p.family]}（peft 默认）"
+    return "目标 " + TARGETS_ZH[w.lora_targets]
+
+
+def precision_zh(w: Workload) -> str:
+    """QLoRA's base is NF4 and every other parameter fp32: its precision is the compute dtype."""
+    if not w.qlora:
+        return PRECISION_ZH[w.precision]
+    t = w.compute_dtype_name.upper()
+    if w.mixed:
+        return f"{t} 计算 + autocast" + ("（损失缩放）" if t == "FP16" else "")
+    return f"{t} 计算（不开 autocast）" if t != "FP32" else "FP32 计算"
+
+
+def workload_zh(w: Workload, p: Preset | None = None) -> str:
+    method = "qlora" if w.qlora else ("lora" if w.lora_rank else "full")
+    head = METHOD_ZH[method] + (f" r={w.lora_rank}（{targets_zh(w, p)}）" if w.lora_rank else "")
+    parts = [head, precision_zh(w), OPTIMIZER_ZH[w.optimizer], CKPT_ZH[w.checkpointing]]
     if w.offload != "none":
         parts.append("激活值卸载")
     if w.gpus > 1:
@@ -384,27 +527,36 @@ def _workload_zh(c: Candidate) -> str:
     return "，".join(parts)
 
 
-def _command(c: Candidate, config: str | None) -> str:
-    w = c.workload
+def _command(w: Workload, config: str | None) -> str:
     cmd = [f"vramlab estimate --config {config}" if config else f"vramlab estimate --model {w.model}",
            f"--batch {w.batch} --seq {w.seq} --precision {w.precision} --optimizer {w.optimizer}",
            f"--checkpointing {w.checkpointing}"]
     if w.lora_rank:
         cmd.append(f"--lora-rank {w.lora_rank}")
+        if w.lora_targets != "default":
+            cmd.append(f"--lora-targets {w.lora_targets}")
+    if w.qlora:
+        cmd.append("--qlora")
     if w.accum > 1:
         cmd.append(f"--accum {w.accum}")
     if w.offload != "none":
         cmd.append(f"--offload {w.offload}")
     if w.gpus > 1:
         cmd.append(f"--gpus {w.gpus}" + (f" --zero {w.zero}" if w.zero else ""))
-    return " ".join(cmd) + ("   # QLoRA：vramlab estimate 没有 --qlora，按 Python 的 estimate(w, qlora=True)" if c.qlora else "")
+    return " ".join(cmd)
 
 
-def make_plan(p: Preset, card: int, gpus: int = 1, seq: int | None = None, global_batch: int = 16,
-              lora_rank: int = 16, top: int = 3, verify: bool = True, methods=METHODS, hw: Hardware = Hardware(),
+def make_plan(p: Preset, card: int | Card, gpus: int = 1, seq: int | None = None, global_batch: int = 16,
+              lora_rank: int = 16, top: int = 3, verify: bool = True, methods=METHODS, hw: Hardware | None = None,
               context: int = CONTEXT_BYTES, config_path: str | None = None, progress=None,
-              precisions=PRECISIONS) -> dict:
-    """The plan as a JSON-ready dict (see `print_plan` for the human form)."""
+              precisions=None, lora_targets: str = "default", bf16: bool | None = None) -> dict:
+    """The plan as a JSON-ready dict (see `print_plan` for the human form). `card`: bytes, or a
+    `Card` of CARDS (its memory, BF16 support and speed)."""
+    card_info = card if isinstance(card, Card) else None
+    card_bytes = card_info.memory_bytes if card_info else card
+    if bf16 is None:
+        bf16 = card_info.bf16 if card_info else True
+    hw = hw or (card_info.hardware() if card_info else Hardware())
     max_pos = p.config.get("n_positions", p.config.get("max_position_embeddings"))
     seq = seq or min(2048, max_pos)
     if seq > max_pos:
@@ -413,34 +565,47 @@ def make_plan(p: Preset, card: int, gpus: int = 1, seq: int | None = None, globa
         raise WorkloadError(f"--global-batch（{global_batch}）必须是 --gpus（{gpus}）的正整数倍")
     if lora_rank < 1:
         raise WorkloadError(f"--lora-rank 必须是正整数，收到 {lora_rank}")
-    usable = card - context
-    scored, ranked = search(p, card, gpus, seq, global_batch, lora_rank, methods, hw, context, precisions)
+    if lora_targets not in LORA_TARGETS:
+        raise WorkloadError(f"--lora-targets 不支持 {lora_targets!r}；可选：{'、'.join(LORA_TARGETS)}")
+    usable = card_bytes - context
+    scored, ranked, left_out = search(p, card_bytes, gpus, seq, global_batch, lora_rank, methods, hw, context,
+                                      precisions, bf16, lora_targets)
     overhead = allocator_overhead()
-    recs, rejected = [], []
-    for s in ranked:
+    recs, skipped = [], list(left_out)
+    for recipe in ranked:
         if len(recs) >= top:
             break
-        rec = _recommendation(s, p, usable, hw, overhead, verify, config_path, progress)
-        if rec["verified"]["status"] == "oom":
-            rejected.append({"workload": s.workload.to_dict(), "qlora": s.candidate.qlora,
-                             "reason": "估算装得下，模拟设备上 OOM：" + rec["verified"]["message"]})
+        rec = None
+        tried: dict[int, dict] = {}
+        for s in recipe:                      # largest micro-batch first, then back off
+            rec = _recommendation(s, p, usable, hw, overhead, verify, config_path, progress, tried)
+            if rec["verified"]["status"] != "oom":
+                break
+            skipped.append({"workload": s.workload.to_dict(), "summary": workload_zh(s.workload, p),
+                            "reason": "估算装得下，模拟设备上 OOM：" + rec["verified"]["message"]
+                                      + ("；改试更小的微批次" if s is not recipe[-1] else "；这个方案没有更小的微批次了")})
+            rec = None
+        if rec is None:
             continue
         rec["rank"] = len(recs) + 1
         recs.append(rec)
     fitting = sum(s.fits for s in scored)
+    notes = _notes(p, scored, gpus, bf16, card_info, lora_targets)
     return {
         "model": {"name": p.name, "family": p.family, "params": param_count(p), "note": p.note,
                   "config": config_path},
-        "card_bytes": card, "context_bytes": context, "usable_bytes": usable, "allocator_overhead": round(overhead, 4),
-        "gpus": gpus, "seq": seq, "global_batch": global_batch, "lora_rank": lora_rank,
+        "card": asdict(card_info) if card_info else None,
+        "card_bytes": card_bytes, "context_bytes": context, "usable_bytes": usable,
+        "allocator_overhead": round(overhead, 4), "bf16": bf16,
+        "gpus": gpus, "seq": seq, "global_batch": global_batch, "lora_rank": lora_rank, "lora_targets": lora_targets,
         "hardware": asdict(hw), "searched": len(scored), "fitting": fitting,
-        "recommendations": recs, "rejected_by_sim": rejected,
-        "notes": _notes(p, scored, gpus),
+        "recommendations": recs, "skipped": skipped, "notes": notes,
     }
 
 
 def _recommendation(s: Scored, p: Preset, usable: int, hw: Hardware, overhead: float, verify: bool,
-                    config_path: str | None, progress) -> dict:
+                    config_path: str | None, progress, tried: dict) -> dict:
+    """`tried`: micro-batch -> simulated result of this recipe so far (shared while backing off)."""
     c, w = s.candidate, s.workload
     techniques = []
     for label, without in _toggles(s):
@@ -453,8 +618,9 @@ def _recommendation(s: Scored, p: Preset, usable: int, hw: Hardware, overhead: f
             continue
     per_gpu = w.batch * w.accum
     nxt = None
+    bigger = None
     if 2 * w.batch <= per_gpu and per_gpu % (2 * w.batch) == 0:
-        bigger = replace(c, workload=replace(w, batch=2 * w.batch, accum=per_gpu // (2 * w.batch)))
+        bigger = Candidate(replace(w, batch=2 * w.batch, accum=per_gpu // (2 * w.batch)))
         t = score(bigger, p, usable, hw, overhead)
         nxt = {"batch": 2 * w.batch, "accum": per_gpu // (2 * w.batch), "need_bytes": t.need_bytes,
                "fits_estimate": t.fits}
@@ -464,51 +630,63 @@ def _recommendation(s: Scored, p: Preset, usable: int, hw: Hardware, overhead: f
     elif reason:
         verified = {"status": "skipped", "reason": reason}
     else:
-        if progress:
-            progress(f"模拟设备验证：{_workload_zh(c)} …")
-        verified = run_on_sim(w, usable, qlora=c.qlora)
-        if verified["status"] == "fits" and nxt is not None:
+        if w.batch in tried:
+            verified = tried[w.batch]
+        else:
             if progress:
-                progress(f"模拟设备验证：微批次 {nxt['batch']} …")
-            nxt["sim"] = run_on_sim(bigger.workload, usable, qlora=c.qlora)
-    head = qlora_head_correction(c, p)
-    breakdown = dict(s.estimate.breakdown)
-    breakdown["parameters"] += head
-    return {"method": c.method, "qlora": c.qlora, "workload": w.to_dict(), "summary": _workload_zh(c),
-            "estimate_bytes": s.estimate.total_bytes + head, "need_bytes": s.need_bytes,
-            "breakdown": breakdown, "peak_phase": s.estimate.peak_phase,
+                progress(f"模拟设备验证：{workload_zh(w, p)} …")
+            verified = tried[w.batch] = run_on_sim(w, usable)
+        if verified["status"] == "fits" and nxt is not None:
+            if bigger.workload.batch in tried:
+                nxt["sim"] = tried[bigger.workload.batch]
+            else:
+                if progress:
+                    progress(f"模拟设备验证：微批次 {nxt['batch']} …")
+                nxt["sim"] = tried[bigger.workload.batch] = run_on_sim(bigger.workload, usable)
+    return {"method": c.method, "qlora": w.qlora, "workload": w.to_dict(), "summary": workload_zh(w, p),
+            "lora_targets": targets_zh(w, p) if w.lora_rank else None,
+            "estimate_bytes": s.estimate.total_bytes, "need_bytes": s.need_bytes,
+            "breakdown": dict(s.estimate.breakdown), "peak_phase": s.estimate.peak_phase,
             "trainable_params": s.estimate.trainable_params,
             "cost": {k: round(v, 6) for k, v in s.cost.items()}, "techniques": techniques,
-            "verified": verified, "next_micro_batch": nxt, "command": _command(c, config_path),
-            "warnings": _warnings(c)}
+            "verified": verified, "next_micro_batch": nxt, "command": _command(w, config_path),
+            "warnings": _warnings(w)}
 
 
-def _warnings(c: Candidate) -> list[str]:
-    w = c.workload
+def _warnings(w: Workload) -> list[str]:
     out = []
-    if c.method == "full" and w.precision == "bf16":
-        out.append("纯 BF16 权重做全参数训练：小于权重约 2⁻⁸ 的更新会被舍入掉（第 6 章），"
+    if not w.lora_rank and w.precision in ("bf16", "fp16"):
+        out.append("纯 16 位权重做全参数训练：小于权重约 2⁻⁸ 的更新会被舍入掉（第 6 章），"
                    "常见做法是保留 FP32 主权重（混合精度）或用随机舍入 / Kahan 求和。")
-    if w.optimizer == "adamw8bit" and c.method == "full":
-        out.append("8-bit AdamW 的状态按估算器的 2 + 8/2048 字节/参数计；bitsandbytes 0.50 实际用 256 个一块，"
-                   "多约 0.03 字节/参数。")
+    if w.precision.startswith("fp16"):
+        out.append("FP16 的指数位只有 5 位：混合精度训练要用损失缩放（torch.amp.GradScaler），"
+                   "否则小梯度会下溢为 0（第 6 章）。")
     return out
 
 
-def _notes(p: Preset, scored: list[Scored], gpus: int) -> list[str]:
+def _notes(p: Preset, scored: list[Scored], gpus: int, bf16: bool, card: Card | None, targets: str) -> list[str]:
     notes = []
+    if card is not None:
+        notes.append(f"显卡参数：{card.source}。显存按标称 {card.memory_gib} GiB 计（驱动报告的总量略少）。")
+    if not bf16:
+        notes.append("这张卡没有 BF16：方案改用 FP16 混合精度（FP32 主权重 + autocast + GradScaler 损失缩放）；"
+                     "纯 FP16 权重只用于冻结的基座（LoRA / QLoRA）。")
+    if any(s.workload.lora_rank for s in scored):
+        notes.append(f"LoRA / QLoRA 的目标模块：{TARGETS_ZH[targets]}"
+                     + (f"（这个模型是 {DEFAULT_TARGET_NAMES[p.family]}）" if targets == "default" else "")
+                     + "；用 --lora-targets qkvo 或 all-linear 换成更多层（适配器更大，激活值也更多）。")
     sel = [s for s in scored if s.workload.checkpointing == "selective"]
-    if sel and all(s.workload.attention == "sdpa" for s in sel):
-        notes.append("选择性重算：SDPA（FlashAttention / memory-efficient 内核）本来就不保存 s² 的注意力分数，"
-                     "估算器认为它几乎省不下显存，却要重算注意力模块，所以很少入选。")
+    if sel:
+        notes.append("选择性重算：vramlab 的定义是每层注意力模块（q/k/v/o 投影与注意力核心）只保留输入、反向时重算"
+                     "（第 7 章教程的做法）；与全量检查点相比省得少，但只多算注意力部分。")
     if gpus > 1:
         notes.append("多卡各项只按估算（模拟设备只跑单个进程）；数据并行（ZeRO-0）另计 DDP 梯度桶（默认再占一份梯度）。")
-    if any(s.candidate.qlora for s in scored):
-        tied = p.family in ("gpt2", "bert") or p.config.get("tie_word_embeddings")
-        extra = p.vocab * p.hidden * 2 * (1 if tied else 2)      # 16-bit -> fp32: +2 bytes per weight
-        notes.append("QLoRA：按 bitsandbytes 的 Linear4bit（NF4 + 双重量化）计，输出层保持 16 位；没有算 "
-                     "peft 的 prepare_model_for_kbit_training，它把未量化的参数（词嵌入、输出层、归一化层）升为 FP32，"
-                     f"这个模型要多约 {fmt_bytes(extra)}。")
+    if any(s.workload.qlora for s in scored):
+        notes.append("QLoRA：按 bitsandbytes 的 Linear4bit（NF4 + 双重量化）计，输出层不量化；并按 peft 的 "
+                     "prepare_model_for_kbit_training 把其余参数（词嵌入、输出层、归一化层）升为 FP32，"
+                     "计算精度（bnb_4bit_compute_dtype）取方案的 16 位类型。")
+    notes.append(f"8-bit AdamW 只在比 AdamW 省下峰值的 {EIGHT_BIT_MIN_SHARE:.0%} 以上时才列入：否则多一个依赖"
+                 "（bitsandbytes）和量化误差，换来的显存还不如调一档微批次或检查点。")
     notes.append("步时按峰值算力、峰值带宽、计算与传输不重叠来算，只用于排序；真实步时更长。")
     return notes
 
@@ -521,16 +699,18 @@ def _s(x: float) -> str:
     return f"{x * 1000:,.0f} ms" if x < 10 else f"{x:,.1f} s"
 
 
-def print_plan(plan: dict, out=sys.stdout) -> None:
+def print_plan(plan: dict, out=sys.stdout, skipped_shown: int = 8) -> None:
     m = plan["model"]
     pr = lambda *a: print(*a, file=out)  # noqa: E731
     pr(f"模型 {m['name']}（{m['family']}，{m['params']:,} 个参数）{'：' + m['note'] if m['note'] else ''}")
-    pr(f"显卡 {fmt_bytes(plan['card_bytes'])} × {plan['gpus']}，扣除 CUDA 上下文 {fmt_bytes(plan['context_bytes'])} 后可用 "
+    card = plan["card"]
+    what = f"{card['label']}（{'支持' if card['bf16'] else '不支持'} BF16）" if card else fmt_bytes(plan["card_bytes"])
+    pr(f"显卡 {what} × {plan['gpus']}，扣除 CUDA 上下文 {fmt_bytes(plan['context_bytes'])} 后可用 "
        f"{fmt_bytes(plan['usable_bytes'])}；估算的已分配峰值再乘以缓存分配器的典型开销 ×{plan['allocator_overhead']:.3f}"
        f"（H200 参考表 已保留/已分配 的中位数）")
     pr(f"序列 {plan['seq']}，全局批 {plan['global_batch']}；搜索了 {plan['searched']:,} 种组合，估算装得下的 {plan['fitting']:,} 种。")
     hw = plan["hardware"]
-    pr(f"步时模型的硬件常数：{hw['name']}：BF16 {hw['bf16_tflops']} TFLOPS、FP32 {hw['fp32_tflops']} TFLOPS、"
+    pr(f"步时模型的硬件常数：{hw['name']}：16 位 {hw['bf16_tflops']} TFLOPS、FP32 {hw['fp32_tflops']} TFLOPS、"
        f"显存带宽 {hw['hbm_gbps']:.0f} GB/s、PCIe {hw['pcie_gbps']} GB/s、卡间 {hw['link_gbps']} GB/s")
     if not plan["recommendations"]:
         pr("\n没有装得下的组合：试试更短的 --seq、更小的 --global-batch，或更多 --gpus。")
@@ -560,23 +740,34 @@ def print_plan(plan: dict, out=sys.stdout) -> None:
         else:
             sim = n.get("sim")
             tail = ""
-            if sim:
-                tail = ("；模拟设备上也 OOM" if sim["status"] == "oom" else
-                        f"；但模拟设备上装得下（已保留 {fmt_bytes(sim['reserved_bytes'])}：估算偏保守）")
+            if sim and sim["status"] == "oom":
+                tail = "；模拟设备上也 OOM" if not n["fits_estimate"] else "，但模拟设备上 OOM，所以退到这一档"
+            elif sim:
+                tail = f"；模拟设备上装得下（已保留 {fmt_bytes(sim['reserved_bytes'])}）"
             pr(f"    下一档微批次 {n['batch']}：估计需 {fmt_bytes(n['need_bytes'])}，"
                f"{'装得下' if n['fits_estimate'] else '装不下'}{tail}")
         for warning in r["warnings"]:
             pr(f"    注意：{warning}")
         pr(f"    复现：{r['command']}")
-    for rj in plan["rejected_by_sim"]:
-        pr(f"\n（跳过）{rj['reason']}")
+    if plan["skipped"]:
+        pr(f"\n跳过的方案（{len(plan['skipped'])} 个，列出前 {min(skipped_shown, len(plan['skipped']))} 个；--json 给出全部）：")
+        for sk in plan["skipped"][:skipped_shown]:
+            pr(f"  · {sk['summary']}：{sk['reason']}")
     pr("")
     for note in plan["notes"]:
         pr(f"注：{note}")
 
 
+def cards_table(out=sys.stdout) -> None:
+    """`vramlab plan --cards`: the cards `--card` knows."""
+    print(f"{'名字':12s} {'显存':>7s} {'BF16':>5s} {'16 位 TFLOPS':>12s} {'FP32':>6s} {'带宽 GB/s':>9s}  来源", file=out)
+    for c in CARDS.values():
+        print(f"{c.name:12s} {c.memory_gib:5d} GiB {'有' if c.bf16 else '无':>4s} {c.tflops16:12.1f} {c.tflops32:6.1f} "
+              f"{c.hbm_gbps:9.0f}  {c.source}", file=out)
+
+
 # ---------------------------------------------------------------------------------------------
-# Benchmark: estimate vs simulated device for every sample config
+# Benchmarks: estimate vs simulated device for every sample config; the planner's picks
 # ---------------------------------------------------------------------------------------------
 
 def bench_workloads(p: Preset) -> list[tuple[str, Workload]]:
@@ -613,7 +804,7 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
     for path in paths or sample_configs():
         p = load_config(path)
         for label, w in bench_workloads(p):
-            est = estimate(w).total_bytes
+            est = estimate(w, device="sim").total_bytes
             sim = run_on_sim(w, None)
             ratio = est / sim["peak_bytes"]
             row = {"config": str(path), "model": p.name, "workload": label, "estimate_bytes": est,
@@ -630,6 +821,54 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
     return rows
 
 
+SWEEP_CARDS_GIB = (16, 24, 48, 80)
+
+
+def check_plan(plan: dict) -> list[dict]:
+    """One row per recommendation: does the pick fit on the simulated device, and where the plan
+    says the next micro-batch up does not fit, does it indeed not?"""
+    rows = []
+    for r in plan["recommendations"]:
+        v, n = r["verified"], r["next_micro_batch"]
+        nxt_sim = (n or {}).get("sim")
+        row = {"summary": r["summary"], "pick_status": v["status"],
+               "pick_fits": v["status"] == "fits" and v["reserved_bytes"] <= plan["usable_bytes"],
+               "next_batch": n["batch"] if n else None, "next_fits_estimate": n["fits_estimate"] if n else None,
+               "next_sim": nxt_sim["status"] if nxt_sim else None}
+        row["ok"] = (v["status"] == "skipped" or row["pick_fits"]) and not (
+            n and not n["fits_estimate"] and nxt_sim and nxt_sim["status"] == "fits")
+        rows.append(row)
+    return rows
+
+
+def sweep(paths=None, cards=SWEEP_CARDS_GIB, top: int = 3, out=sys.stdout, as_json: bool = False,
+          progress=None) -> list[dict]:
+    """Every sample config x every card size: the planner's picks checked on the simulated device."""
+    from .hfconfig import load_config, sample_configs
+
+    table = []
+    for path in paths or sample_configs():
+        p = load_config(path)
+        for gib in cards:
+            t0 = time.perf_counter()
+            plan = make_plan(p, gib * GiB, top=top, progress=progress)
+            for row in check_plan(plan) or [{"summary": "（没有装得下的组合）", "pick_status": "-", "pick_fits": None,
+                                            "next_batch": None, "next_fits_estimate": None, "next_sim": None,
+                                            "ok": True}]:
+                row.update(config=path.stem, card_gib=gib, seconds=round(time.perf_counter() - t0, 1))
+                table.append(row)
+                if not as_json:
+                    nxt = "-" if row["next_batch"] is None else (
+                        f"{row['next_batch']}：估算{'装得下' if row['next_fits_estimate'] else '装不下'}，"
+                        f"模拟{'装得下' if row['next_sim'] == 'fits' else ('OOM' if row['next_sim'] == 'oom' else '未跑')}")
+                    pick = {True: "装得下", False: "装不下", None: "-"}[row["pick_fits"]]
+                    print(f"{'✓' if row['ok'] else '✗'} {path.stem:20s} {gib:3d} GiB  {pick:4s}  下一档 {nxt}  "
+                          f"{row['summary']}", file=out, flush=True)
+    if as_json:
+        print(json.dumps({"rows": table, "ok": all(r["ok"] for r in table)}, ensure_ascii=False), file=out)
+    return table
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line (also reached through `vramlab plan`)
 # ---------------------------------------------------------------------------------------------
@@ -637,28 +876,46 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
 def add_arguments(p) -> None:
     p.add_argument("--config", default=None, metavar="PATH", help="本地 Hugging Face config.json（或存放它的文件夹）")
     p.add_argument("--model", default=None, help="或者：vramlab 的模型预设名")
-    p.add_argument("--card", default=None, help="每张卡的显存，例如 24GiB、80GB")
+    p.add_argument("--card", default=None,
+                   help="显卡：型号（" + "、".join(CARDS) + "；--cards 列出参数与来源），或每张卡的显存，例如 24GiB、80GB")
     p.add_argument("--gpus", type=int, default=1, help="卡数（默认 1）")
     p.add_argument("--seq", type=int, default=None, help="序列长度（默认 min(2048, 模型最大位置数)）")
     p.add_argument("--global-batch", type=int, default=16, help="每个优化器步的序列数（默认 16）")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA / QLoRA 的秩（默认 16）")
+    p.add_argument("--lora-targets", choices=LORA_TARGETS, default="default",
+                   help="LoRA / QLoRA 的目标模块：default（peft 默认，Llama 式为 q_proj、v_proj）、qkvo、all-linear")
     p.add_argument("--method", choices=("any",) + METHODS, default="any", help="只看某种方法（默认都看）")
     p.add_argument("--top", type=int, default=3, help="给出几个方案（默认 3）")
     p.add_argument("--no-verify", action="store_true", help="不在模拟设备上验证（快，但只有估算）")
-    p.add_argument("--tflops", type=float, default=None, help="BF16 峰值算力 TFLOPS（默认 165.2，RTX 4090；FP32 按它的一半计）")
-    p.add_argument("--link-gbps", type=float, default=None, help="卡间带宽 GB/s（默认 31.5，PCIe 4.0 x16）")
+    p.add_argument("--tflops", type=float, default=None, help="16 位峰值算力 TFLOPS（默认取 --card 的；FP32 按它的一半计）")
+    p.add_argument("--link-gbps", type=float, default=None, help="卡间带宽 GB/s（默认按 PCIe）")
+    p.add_argument("--cards", action="store_true", help="列出 --card 认识的显卡（显存、BF16、算力、带宽、来源）")
     p.add_argument("--bench", action="store_true", help="对每个示例配置比较估算与模拟设备（不需要 --config/--card）")
+    p.add_argument("--sweep", action="store_true",
+                   help="与 --bench 同用：每个示例配置 × 16/24/48/80 GiB，在模拟设备上核对每个推荐方案和下一档微批次（很慢）")
     p.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
 
 
 def run(args) -> int:
     """Run `vramlab plan` for parsed `args`; errors are WorkloadError (Chinese)."""
+    if args.cards:
+        cards_table()
+        return 0
     if args.bench:
+        if args.sweep:
+            progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+            rows = sweep(as_json=args.json, progress=progress)
+            return 0 if all(r["ok"] for r in rows) else 1
         bench(as_json=args.json)
         return 0
     if not args.card:
-        raise WorkloadError("需要 --card，例如 --card 24GiB")
-    card = parse_bytes(args.card)
+        raise WorkloadError("需要 --card，例如 --card T4、--card A100-80GB 或 --card 24GiB（--cards 列出型号）")
+    card = find_card(args.card)
+    if card is None:
+        try:
+            card_bytes = parse_bytes(args.card)
+        except ValueError:
+            raise WorkloadError(f"不认识的显卡 {args.card!r}：请给型号（{'、'.join(CARDS)}）或显存大小，例如 24GiB") from None
     if args.config:
         from .hfconfig import load_config
         preset = load_config(args.config)
@@ -671,17 +928,17 @@ def run(args) -> int:
             raise WorkloadError(f"--{name.replace('_', '-')} 必须是正整数，收到 {getattr(args, name)}")
     if args.seq is not None and args.seq < 1:
         raise WorkloadError(f"--seq 必须是正整数，收到 {args.seq}")
-    hw = Hardware()
+    hw = card.hardware() if card else Hardware()
     if args.tflops:
-        hw = replace(hw, name=f"自定义（BF16 {args.tflops} TFLOPS）", bf16_tflops=args.tflops,
+        hw = replace(hw, name=f"自定义（16 位 {args.tflops} TFLOPS）", bf16_tflops=args.tflops,
                      fp32_tflops=args.tflops / 2)
     if args.link_gbps:
         hw = replace(hw, link_gbps=args.link_gbps)
     methods = METHODS if args.method == "any" else (args.method,)
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan = make_plan(preset, card, gpus=args.gpus, seq=args.seq, global_batch=args.global_batch,
+    plan = make_plan(preset, card or card_bytes, gpus=args.gpus, seq=args.seq, global_batch=args.global_batch,
                      lora_rank=args.lora_rank, top=args.top, verify=not args.no_verify, methods=methods, hw=hw,
-                     config_path=args.config, progress=progress)
+                     config_path=args.config, progress=progress, lora_targets=args.lora_targets)
     if args.json:
         print(json.dumps(plan, ensure_ascii=False))
     else:
@@ -690,9 +947,9 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
+    from .cli import ChineseArgumentParser
 
-    parser = argparse.ArgumentParser(prog="python -m vramlab.plan", description="在给定显卡上规划一次微调")
+    parser = ChineseArgumentParser(prog="python -m vramlab.plan", description="在给定显卡上规划一次微调")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

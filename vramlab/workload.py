@@ -16,6 +16,12 @@ PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 CHECKPOINTING = ("none", "full", "selective")
 ATTENTION = ("sdpa", "eager")
 OFFLOAD = ("none", "activations")
+# Which Linear layers LoRA adapts (vramlab.estimate.lora_target_names has them per family):
+#   default     peft's default per family (peft.utils.constants, TRANSFORMERS_MODELS_TO_LORA_TARGET_
+#               MODULES_MAPPING): GPT-2 c_attn; BERT query, value; Llama/Mistral/Qwen2/Mixtral q_proj, v_proj
+#   qkvo        every attention projection: q, k, v and the output projection
+#   all-linear  peft's target_modules="all-linear": every Linear (GPT-2: Conv1D) except the output layer
+LORA_TARGETS = ("default", "qkvo", "all-linear")
 
 
 class WorkloadError(ValueError):
@@ -39,6 +45,8 @@ class Workload:
     offload: str = "none"       # "activations": saved tensors go to host memory (save_on_cpu)
     foreach: bool = True        # AdamW's multi-tensor path (PyTorch's default on GPU)
     inference: bool = False     # forward only, under torch.inference_mode
+    lora_targets: str = "default"   # see LORA_TARGETS
+    qlora: bool = False         # the base's Linear layers in NF4 (bitsandbytes), prepared as peft's QLoRA recipe
 
     def validate(self) -> "Workload":
         def bad(msg):
@@ -49,7 +57,8 @@ class Workload:
                                      ("precision", self.precision, PRECISIONS),
                                      ("checkpointing", self.checkpointing, CHECKPOINTING),
                                      ("attention", self.attention, ATTENTION),
-                                     ("offload", self.offload, OFFLOAD)):
+                                     ("offload", self.offload, OFFLOAD),
+                                     ("lora-targets", self.lora_targets, LORA_TARGETS)):
             if value not in allowed:
                 bad(f"--{name} 不支持 {value!r}；可选：{', '.join(allowed)}")
         for name in ("batch", "seq", "accum", "gpus"):
@@ -59,6 +68,8 @@ class Workload:
             bad(f"--dropout 必须在 [0, 1) 之间，收到 {self.dropout}")
         if self.lora_rank < 0:
             bad(f"--lora-rank 不能为负，收到 {self.lora_rank}")
+        if self.qlora and self.lora_rank == 0:
+            bad("QLoRA 需要 LoRA：请同时给出 --lora-rank r（r > 0）")
         if self.zero not in (0, 1, 2, 3):
             bad(f"--zero 只能是 0/1/2/3，收到 {self.zero}")
         if self.zero and self.gpus < 2:

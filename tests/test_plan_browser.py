@@ -22,6 +22,9 @@ CASES = [
     ("mixtral-8x7b-v0.1", dict(card="80GiB", gpus="8", seq="1024"), dict(card=80 * GiB, gpus=8, seq=1024)),
     ("gpt2-medium", dict(card="8GiB", method="full"), dict(card=8 * GiB, methods=("full",))),
     ("bert-base-uncased", dict(card="6GiB", lora_rank="8"), dict(card=6 * GiB, lora_rank=8)),
+    # a card by name: no BF16 on a T4 (FP16 with loss scaling), its own speed; LoRA on every linear layer
+    ("llama-3.1-8b", dict(card="T4", lora_targets="all-linear"), dict(card=P.CARDS["T4"], lora_targets="all-linear")),
+    ("mistral-7b-v0.1", dict(card="a100 80gb", lora_targets="qkvo"), dict(card=P.CARDS["A100-80GB"], lora_targets="qkvo")),
 ]
 
 
@@ -32,6 +35,7 @@ def run(page, sample: str, fields: dict) -> dict:
         page.fill(f"{root} input[name={name}]", fields.get(name, {"card": "24GiB", "gpus": "1", "global_batch": "16",
                                                                   "lora_rank": "16"}.get(name, "")))
     page.select_option(f"{root} select[name=method]", fields.get("method", "any"))
+    page.select_option(f"{root} select[name=lora_targets]", fields.get("lora_targets", "default"))
     page.click(f"{root} button[name=go]")
     out = page.locator(f"{root} .vramlab-plan__out")
     page.wait_for_function("document.querySelector('.vramlab-plan__out').hasAttribute('data-plan') || "
@@ -49,11 +53,14 @@ def test_planner_equals_the_command_line(watch, site_url):  # noqa: F811
         got = run(page, sample, fields)
         assert "error" not in got, got
         want = P.make_plan(H.load_config(H.CONFIG_DIR / f"{sample}.json"), verify=False, **kwargs)
-        for k in ("searched", "fitting", "seq", "usable_bytes", "gpus", "global_batch"):
+        for k in ("searched", "fitting", "seq", "usable_bytes", "gpus", "global_batch", "bf16", "card", "hardware"):
             assert got[k] == want[k], (sample, k)
+        assert [(s["summary"], s["reason"]) for s in got["skipped"]] == \
+               [(s["summary"], s["reason"]) for s in want["skipped"]], sample
         assert len(got["recommendations"]) == len(want["recommendations"]) > 0, sample
         for g, w in zip(got["recommendations"], want["recommendations"]):
-            for k in ("summary", "method", "workload", "estimate_bytes", "need_bytes", "breakdown", "next_micro_batch"):
+            for k in ("summary", "method", "workload", "estimate_bytes", "need_bytes", "breakdown", "next_micro_batch",
+                      "lora_targets"):
                 assert g[k] == w[k], (sample, w["rank"], k)
             for k, v in w["cost"].items():
                 assert abs(g["cost"][k] - v) < 1e-6, (sample, k)

@@ -47,8 +47,17 @@ CASES = [
     (dict(model="bert-tiny", batch=8, seq=128, lora_rank=4, attention="eager", dropout=0.1), False),
     (dict(model="gpt2-small", batch=8, seq=512, precision="bf16-mixed", inference=True), False),
     (dict(model="llama-7b", batch=4, seq=4096, precision="bf16-mixed", checkpointing="full", zero=3, gpus=64), False),
+    # the options of issue 30: LoRA targets, QLoRA in every precision, 8-bit AdamW's per-tensor state
+    (dict(model="llama-7b", batch=1, seq=2048, precision="bf16-mixed", lora_rank=16, lora_targets="all-linear",
+          checkpointing="full"), False),
+    (dict(model="llama-1b", batch=2, seq=1024, precision="fp16-mixed", lora_rank=16, lora_targets="qkvo",
+          offload="activations", checkpointing="selective"), True),
+    (dict(model="gpt2-medium", batch=1, seq=128, precision="bf16-mixed", lora_rank=16, checkpointing="full"), False),
+    (dict(model="bert-base", batch=4, seq=512, precision="fp32", lora_rank=8, lora_targets="all-linear",
+          optimizer="adamw8bit", accum=2), True),
+    (dict(model="llama-tiny", batch=2, seq=256, precision="bf16", optimizer="adamw8bit", foreach=False), False),
 ]
-SELECTS = ("model", "precision", "optimizer", "checkpointing", "attention", "offload", "zero")
+SELECTS = ("model", "precision", "optimizer", "checkpointing", "attention", "offload", "zero", "lora_targets")
 NUMBERS = ("batch", "seq", "lora_rank", "gpus", "dropout", "accum")
 
 
@@ -80,7 +89,7 @@ def shown(page, root: str) -> dict:
 
 
 def assert_matches(got: dict, fields: dict, qlora: bool):
-    est = estimate(Workload(**fields), qlora=qlora)
+    est = estimate(Workload(**fields, qlora=qlora))
     assert got["error"] is None, (fields, got["error"])
     assert int(got["total"]) == est.total_bytes, (fields, got["total"], est.total_bytes)
     assert got["bytes"] == est.breakdown, (fields, got["bytes"], est.breakdown)
@@ -99,7 +108,7 @@ def test_calculator_equals_python_estimate(watch, site_url):  # noqa: F811
     assert page.locator(root).count() == 1
     labels = page.locator(f"{root} .vramlab-calc__label").all_inner_texts()
     for zh in ("模型", "精度", "优化器", "批大小（micro-batch）", "序列长度", "激活检查点", "LoRA 秩",
-               "ZeRO 阶段", "GPU 数", "卸载"):
+               "LoRA 目标模块", "ZeRO 阶段", "GPU 数", "卸载"):
         assert zh in labels, (zh, labels)
     verdicts = set()
     for fields, qlora in CASES:
@@ -119,6 +128,34 @@ def test_calculator_equals_python_estimate(watch, site_url):  # noqa: F811
         Workload(model="gpt2-small", seq=4096).validate()
     assert err == str(py_err.value), (err, str(py_err.value))
     assert page.locator(f"{root} [role=alert]").inner_text().startswith("无法估算")
+    watch.assert_clean()
+
+
+def test_calculator_equals_python_on_the_option_grid(watch, site_url):  # noqa: F811
+    """estimate.js against vramlab.estimate on every third case of the option grid (vramlab.estimate_grid,
+    the 2-layer twins of the sample configs; the planner page loads both estimate.js and the config
+    reader that registers them): the same bytes in every category and the same peak moment."""
+    from vramlab import estimate_grid as G
+
+    cases = G.covering_cases()[::3]
+    sample, want = [], []
+    for c in cases:
+        w = G.workload(c)
+        sample.append({"config": G.model_config(c.model, c.regime, True), "label": w.model[4:], "w": w.to_dict()})
+        e = estimate(w)
+        want.append({"total": e.total_bytes, "breakdown": e.breakdown, "phase": e.peak_phase})
+    page = watch.page
+    page.goto(site_url + "tools/plan/", wait_until="load")
+    page.wait_for_selector(".vramlab-plan form")
+    got = page.evaluate("""(cases) => cases.map(c => {
+        VRAMLAB_CALC.presets["cfg:" + c.label] = VramPlan.presetFromConfig(c.config, c.label);
+        const w = Object.assign({}, c.w, {model: "cfg:" + c.label});
+        const e = VramEstimate.estimate(w);
+        return {total: e.total_bytes, breakdown: e.breakdown, phase: e.peak_phase};
+    })""", sample)
+    assert len(got) == len(want) >= 50
+    for c, g, w in zip(cases, got, want):
+        assert g == w, (c.label(), g, w)
     watch.assert_clean()
 
 

@@ -26,7 +26,7 @@ import sys
 from .errors import (EXIT_FAILED, EXIT_GRADER, EXIT_MEMORY, EXIT_UNREADABLE, EXIT_USAGE, Interrupted, describe,
                      os_error_zh, signal_zh, stop_on_signals)
 from .units import fmt_bytes, mib
-from .workload import ATTENTION, CHECKPOINTING, OPTIMIZERS, PRECISIONS, Workload, WorkloadError
+from .workload import ATTENTION, CHECKPOINTING, LORA_TARGETS, OPTIMIZERS, PRECISIONS, Workload, WorkloadError
 
 CATEGORY_ZH = {
     "parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
@@ -143,7 +143,7 @@ def _positive_seconds(text):
 
 # options of a training step: None unless given, so that --inference can refuse them (it ignores them)
 TRAINING_ONLY = {"optimizer": "adamw", "checkpointing": "none", "lora_rank": 0, "zero": 0, "gpus": 1, "accum": 1,
-                 "offload": "none", "dropout": 0.0}
+                 "offload": "none", "dropout": 0.0, "lora_targets": "default", "qlora": False}
 
 
 def _add_workload_flags(p):
@@ -158,6 +158,12 @@ def _add_workload_flags(p):
     p.add_argument("--attention", choices=ATTENTION, default="sdpa")
     p.add_argument("--dropout", type=float, default=None, help="dropout 概率（默认 0）")
     p.add_argument("--lora-rank", type=int, default=None, help="LoRA 的秩（默认 0：不用 LoRA）")
+    p.add_argument("--lora-targets", choices=LORA_TARGETS, default=None,
+                   help="LoRA 的目标模块：default（peft 默认：GPT-2 c_attn，BERT query/value，Llama 式 q_proj/v_proj）、"
+                        "qkvo（注意力的四个投影）、all-linear（全部线性层，输出层除外）")
+    p.add_argument("--qlora", action="store_const", const=True, default=None,
+                   help="QLoRA：基座的线性层用 NF4（bitsandbytes），其余参数按 prepare_model_for_kbit_training 升为 FP32；"
+                        "需要 --lora-rank")
     p.add_argument("--zero", type=int, default=None, help="ZeRO 阶段 0/1/2/3（默认 0）")
     p.add_argument("--gpus", type=_positive_int, default=None, help="数据并行的卡数（默认 1）")
     p.add_argument("--accum", type=_positive_int, default=None, help="梯度累积步数（默认 1）")
@@ -225,10 +231,14 @@ def cmd_measure(args):
         return 0
     where = "模拟设备" + ("（FakeTensorMode）" if m.fake else "") if m.backend == "sim" else "CUDA"
     print(f"测量结果（{where}，torch {m.torch_version}）")
-    print(f"  稳态峰值（已分配）  {fmt_bytes(m.peak_bytes)}")
-    print(f"  第一步峰值          {fmt_bytes(m.first_step_peak_bytes)}")
-    print(f"  峰值（已保留）      {fmt_bytes(m.reserved_peak_bytes)}")
-    print(f"  碎片（保留-分配）   {fmt_bytes(m.fragmentation_bytes)}")
+    # The three figures come from different moments: each peak is the largest value over the
+    # measured steps (reached at different instants), the fragmentation is read after the last one.
+    from .plan import _pad
+    for label, value in (("稳态峰值（已分配，测量步中最大的时刻）", m.peak_bytes),
+                         ("第一步峰值（已分配）", m.first_step_peak_bytes),
+                         ("已保留的峰值（测量步中最大的时刻，与上一行不一定同时）", m.reserved_peak_bytes),
+                         ("碎片（测量结束时的 已保留 − 已分配）", m.fragmentation_bytes)):
+        print(f"  {_pad(label, 56)}{fmt_bytes(value):>12}")
     if m.step_ms is not None and not m.fake:
         print(f"  单步耗时            {m.step_ms:.1f} ms")
     if m.nvml_process_bytes:

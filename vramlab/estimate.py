@@ -432,9 +432,9 @@ class _Forward:
         if self.nf4 and name != "head":
             # bitsandbytes Linear4bit: x.to(compute dtype), dequantise, matmul, .to(x's dtype); in
             # backward the weight is dequantised again and the gradient cast both ways
+            casts = self.tok * (i + o) * self.cb if self.cb != x.b else 0
             y = self.op(self.t(self.tok * o, x.b, x.rg), [x], unpack=nf4_bytes(i * o),
-                        temp=i * o * self.cb + self.tok * (i + o) * self.cb,
-                        fwd=self.tok * (i + o) * self.cb + i * o * self.cb)
+                        temp=i * o * self.cb + casts, fwd=i * o * self.cb + casts)
         else:
             xc = self.cast(x, 2) if self.mixed else x
             wb = 2 if self.mixed else self.pb
@@ -939,12 +939,12 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     # with the gradients in flight, from `_backward_peak` over the block without checkpointing
     ckpt, off = w.checkpointing, w.offload == "activations"
     full = fw if ckpt == "none" else _forward(replace(w, checkpointing="none"), p, recompute=ckpt, sim=sim)
+    # the last block's own share of `act` (under save_on_cpu nothing is on the device)
     if ckpt == "full":
-        own_rest = own_first = fw["block_input"]
+        own_rest = 0 if off else fw["block_input"]
         copies_rest, copies_first = full["rest_casts"] + full["rest_cached"], full["first_casts"] + full["first_cached"]
     else:
-        own_rest = (0 if off else fw["rest"]) + fw["rest_kept"]
-        own_first = (0 if off else fw["first"]) + fw["first_kept"]
+        own_rest = 0 if off else fw["rest"] + fw["rest_kept"]
         copies_rest = copies_first = 0
     ws_rest, ws_first = full["rest_ws"], full["first_ws"]
     if ckpt == "full":      # the recomputation's forward, with the block's output gradient waiting
@@ -974,7 +974,7 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
         head_unpack = p.vocab * p.hidden * (2 if w.mixed else pb) + w.batch * w.seq * p.hidden * pb
     phases = {
         "block_forward": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
-                              activations=act - own_rest - fw["head"], logits_and_loss=0,
+                              activations=act - own_rest - (0 if off else fw["head"]), logits_and_loss=0,
                               temporaries=zero3_gather + fwd_last, cuda_overhead=ws),
         "forward_end": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
                             activations=act, logits_and_loss=lg["forward_end"], temporaries=zero3_gather,

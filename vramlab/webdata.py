@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import estimate as E
 from .models import PRESETS
-from .workload import ATTENTION, CHECKPOINTING, OFFLOAD, OPTIMIZERS, PRECISIONS
+from .workload import ATTENTION, CHECKPOINTING, LORA_TARGETS, OFFLOAD, OPTIMIZERS, PRECISIONS
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "assets" / "calculator" / "presets.js"
 
@@ -60,11 +60,13 @@ def calculator_data() -> dict:
         # cfg:* are config.json files registered at run time (vramlab.hfconfig), not presets
         "presets": {name: _preset(p) for name, p in PRESETS.items() if not name.startswith("cfg:")},
         "choices": {"optimizer": list(OPTIMIZERS), "precision": list(PRECISIONS),
-                    "checkpointing": list(CHECKPOINTING), "attention": list(ATTENTION), "offload": list(OFFLOAD)},
+                    "checkpointing": list(CHECKPOINTING), "attention": list(ATTENTION), "offload": list(OFFLOAD),
+                    "lora_targets": list(LORA_TARGETS)},
         "keys": list(E.KEYS), "phases": list(E.PHASES), "category_zh": CATEGORY_ZH,
         "phase_zh": dict(E._PHASE_ZH),
         "dtype_bytes": dict(E.DTYPE_BYTES), "cublas_workspace_bytes": E.CUBLAS_WORKSPACE_BYTES,
         "lora_targets": {k: list(v) for k, v in E.LORA_TARGETS.items()},
+        "bnb_blocksize": E.BNB_BLOCKSIZE, "bnb_min_8bit_size": E.BNB_MIN_8BIT_SIZE,
         "cards_gb": list(CARDS_GB), "context_reserve_bytes": CONTEXT_RESERVE_BYTES,
         "plan": plan_data(),
     }
@@ -83,7 +85,11 @@ def plan_data() -> dict:
     return {
         "hardware": asdict(P.Hardware()), "context_bytes": P.CONTEXT_BYTES,
         "allocator_overhead": P.allocator_overhead(), "pareto_step": P.PARETO_STEP, "nf4_bytes": P.NF4_BYTES,
-        "precisions": list(P.PRECISIONS), "methods": list(P.METHODS),
+        "precisions": list(P.PRECISIONS), "precisions_no_bf16": list(P.PRECISIONS_NO_BF16), "methods": list(P.METHODS),
+        "eight_bit_min_share": P.EIGHT_BIT_MIN_SHARE, "targets_zh": P.TARGETS_ZH,
+        "default_target_names": P.DEFAULT_TARGET_NAMES,
+        "cards": {k: asdict(c) for k, c in P.CARDS.items()}, "card_aliases": P._CARD_ALIASES,
+        "pcie": {str(k): v for k, v in P._PCIE.items()},
         "method_zh": P.METHOD_ZH, "precision_zh": P.PRECISION_ZH, "optimizer_zh": P.OPTIMIZER_ZH,
         "ckpt_zh": P.CKPT_ZH, "families": H.FAMILIES, "architectures": H._ARCH, "required": H.REQUIRED,
         "family_zh": H.FAMILY_ZH, "supported_zh": H.SUPPORTED_ZH, "max_pos_default": H._MAX_POS_DEFAULT,

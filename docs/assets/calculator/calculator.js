@@ -16,7 +16,8 @@
     optimizer: { sgd: "SGD", sgdm: "SGD + 动量", adamw: "AdamW", adamw8bit: "8-bit AdamW", adafactor: "Adafactor" },
     checkpointing: { none: "不用", full: "全量激活检查点", selective: "选择性重算（注意力）" },
     attention: { sdpa: "SDPA（FlashAttention 等）", eager: "eager（显式 softmax）" },
-    offload: { none: "不卸载", activations: "激活值存到主存（save_on_cpu）" }
+    offload: { none: "不卸载", activations: "激活值存到主存（save_on_cpu）" },
+    lora_targets: { "default": "peft 默认（q、v / GPT-2 的 c_attn）", qkvo: "注意力 q/k/v/o", "all-linear": "全部线性层" }
   };
   var COLORS = { parameters: "#3f51b5", gradients: "#e91e63", optimizer_state: "#ff9800", activations: "#4caf50",
     logits_and_loss: "#9c27b0", temporaries: "#00acc1", cuda_overhead: "#757575" };
@@ -67,6 +68,7 @@
     main.appendChild(field("序列长度", number("seq", 1)));
     main.appendChild(field("激活检查点", select("checkpointing", D.choices.checkpointing, LABELS.checkpointing)));
     main.appendChild(field("LoRA 秩", number("lora_rank", 0), "0 = 全量微调"));
+    main.appendChild(field("LoRA 目标模块", select("lora_targets", D.choices.lora_targets, LABELS.lora_targets)));
     main.appendChild(field("ZeRO 阶段", select("zero", [0, 1, 2, 3], { 0: "0（不分片）", 1: "1：分片优化器状态", 2: "2：再分片梯度", 3: "3：再分片参数" })));
     main.appendChild(field("GPU 数", number("gpus", 1), "ZeRO 按这么多卡分片"));
     main.appendChild(field("卸载", select("offload", D.choices.offload, LABELS.offload)));
@@ -101,7 +103,8 @@
     return { model: f.model.value, precision: f.precision.value, optimizer: f.optimizer.value,
       batch: num("batch"), seq: num("seq"), checkpointing: f.checkpointing.value, attention: f.attention.value,
       dropout: num("dropout"), lora_rank: num("lora_rank"), zero: num("zero"), gpus: num("gpus"),
-      accum: num("accum"), offload: f.offload.value, foreach: f.foreach.checked, inference: f.inference.checked };
+      accum: num("accum"), offload: f.offload.value, foreach: f.foreach.checked, inference: f.inference.checked,
+      lora_targets: f.lora_targets.value, qlora: f.qlora.checked };
   }
 
   function initial(root) {

@@ -1,8 +1,9 @@
 /* 显存估算公式：vramlab/estimate.py 的逐行移植（JavaScript，无依赖）。
  *
- * 每个函数对应 estimate.py 里同名的 Python 函数，算式和求值顺序都保持一致，
- * 这样两边得到的字节数完全相同（tests/test_tools_browser.py 在浏览器里逐例核对）。
- * 改了 estimate.py 就要同步改这里；模型形状与常量来自 presets.js（python -m vramlab.webdata 生成）。
+ * 每个函数对应 estimate.py 里同名的 Python 函数（_Forward 的符号前向、_backward_peak 的反向遍历、
+ * estimate() 的各个时刻），算式和求值顺序都保持一致，这样两边得到的字节数完全相同
+ * （tests/test_tools_browser.py 在浏览器里逐例核对）。改了 estimate.py 就要同步改这里；
+ * 模型形状与常量来自 presets.js（python -m vramlab.webdata 生成）。
  * 数值都在 2^53 以内，JS 的 number 能精确表示整数；Python 的 a // b 写成 Math.floor(a / b)。
  */
 (function (global) {
@@ -10,16 +11,18 @@
   var D = global.VRAMLAB_CALC;
 
   function floorDiv(a, b) { return Math.floor(a / b); }
+  function ceilDiv(a, b) { return -Math.floor(-a / b); }
   function sum(xs) { var s = 0; for (var i = 0; i < xs.length; i++) s += xs[i]; return s; }
-  function sumSaved(list) { var s = 0; for (var i = 0; i < list.length; i++) s += list[i][1]; return s; }
+  function prod(xs) { var s = 1; for (var i = 0; i < xs.length; i++) s *= xs[i]; return s; }
   function isLlama(p) { return p.family === "llama" || p.family === "mixtral"; }
+  function values(o) { return Object.keys(o).map(function (k) { return o[k]; }); }
 
   function WorkloadError(msg) { this.message = msg; this.name = "WorkloadError"; }
   WorkloadError.prototype = Object.create(Error.prototype);
 
   var DEFAULTS = { model: "gpt2-small", batch: 8, seq: 512, optimizer: "adamw", precision: "fp32",
     checkpointing: "none", attention: "sdpa", dropout: 0.0, lora_rank: 0, zero: 0, gpus: 1, accum: 1,
-    offload: "none", foreach: true, inference: false };
+    offload: "none", foreach: true, inference: false, lora_targets: "default", qlora: false };
 
   function workload(fields) {
     var w = {};
@@ -29,22 +32,25 @@
     w.compute_dtype_name = w.precision.split("-")[0];
     return w;
   }
+  function withChanges(w, changes) { var o = {}, k; for (k in DEFAULTS) o[k] = w[k]; for (k in changes) o[k] = changes[k]; return workload(o); }
 
   // workload.py Workload.validate()
   function validate(w) {
     var p = D.presets[w.model];
     if (!p) throw new WorkloadError("未知模型预设 " + w.model);
     var checks = [["optimizer", w.optimizer], ["precision", w.precision], ["checkpointing", w.checkpointing],
-      ["attention", w.attention], ["offload", w.offload]];
+      ["attention", w.attention], ["offload", w.offload], ["lora-targets", w.lora_targets]];
     checks.forEach(function (c) {
-      if (D.choices[c[0]].indexOf(c[1]) < 0)
-        throw new WorkloadError("--" + c[0] + " 不支持 " + c[1] + "；可选：" + D.choices[c[0]].join(", "));
+      var allowed = D.choices[c[0].replace("-", "_")];
+      if (allowed.indexOf(c[1]) < 0)
+        throw new WorkloadError("--" + c[0] + " 不支持 '" + c[1] + "'；可选：" + allowed.join(", "));
     });
     ["batch", "seq", "accum", "gpus"].forEach(function (k) {
       if (!(Number.isInteger(w[k]) && w[k] >= 1)) throw new WorkloadError("--" + k + " 必须是正整数，收到 " + w[k]);
     });
     if (!(w.dropout >= 0 && w.dropout < 1)) throw new WorkloadError("--dropout 必须在 [0, 1) 之间，收到 " + w.dropout);
     if (!(Number.isInteger(w.lora_rank) && w.lora_rank >= 0)) throw new WorkloadError("--lora-rank 不能为负，收到 " + w.lora_rank);
+    if (w.qlora && w.lora_rank === 0) throw new WorkloadError("QLoRA 需要 LoRA：请同时给出 --lora-rank r（r > 0）");
     if ([0, 1, 2, 3].indexOf(w.zero) < 0) throw new WorkloadError("--zero 只能是 0/1/2/3，收到 " + w.zero);
     if (w.zero && w.gpus < 2) throw new WorkloadError("ZeRO 需要多张卡分片：请同时给出 --gpus N（N ≥ 2）");
     if (w.seq > p.positions)
@@ -65,7 +71,7 @@
     else s.router = [h, p.num_local_experts, false];
     return s;
   }
-  function shapeList(p) { var s = linearShapes(p); return Object.keys(s).map(function (k) { return s[k]; }); }
+  function shapeList(p) { return values(linearShapes(p)); }
 
   function blockParams(p) {
     var n = sum(shapeList(p).map(function (x) { return x[0] * x[1] + (x[2] ? x[1] : 0); }));
@@ -91,150 +97,420 @@
     return p.n_layers * perBlock + head;
   }
 
-  function loraParams(p, rank) {
-    var s = linearShapes(p);
-    return p.n_layers * sum(D.lora_targets[p.family].map(function (t) { return rank * (s[t][0] + s[t][1]); }));
+  function loraTargetNames(p, targets) {
+    if (targets === undefined || targets === "default") return D.lora_targets[p.family];
+    if (targets === "qkvo") return p.family === "gpt2" ? ["qkv", "o"] : ["q", "k", "v", "o"];
+    if (targets === "all-linear")
+      return Object.keys(linearShapes(p)).filter(function (k) { return k !== "router"; }).concat(p.family === "bert" ? ["mlm"] : []);
+    throw new WorkloadError("--lora-targets 不支持 '" + targets + "'；可选：default、qkvo、all-linear");
   }
 
-  function qloraWeightBytes(n) { return n * (0.5 + 1 / 64 + 4 / (64 * 256)); }
-
-  // ---------------------------------------------------------------- model states
-  function optimizerStateBytes(opt, n, stateBytes, factored) {
-    if (opt === "sgd") return 0;
-    if (opt === "sgdm") return n * stateBytes;
-    if (opt === "adamw") return 2 * n * stateBytes;
-    if (opt === "adamw8bit") return Math.trunc(n * (2 + 2 * 4 / 2048));
-    if (opt === "adafactor") {
-      if (factored === undefined || factored === null) factored = 2 * Math.floor(Math.sqrt(n));
-      return factored * stateBytes;
-    }
-    throw new WorkloadError("未知优化器 " + opt);
-  }
-
-  function adafactorFactoredElements(p, loraRank) {
-    var h = p.hidden, s = linearShapes(p);
-    if (loraRank)
-      return p.n_layers * sum(D.lora_targets[p.family].map(function (t) { return 2 * loraRank + s[t][0] + s[t][1]; }));
-    var rowsCols = sum(shapeList(p).map(function (x) { return x[0] + x[1] + (x[2] ? x[1] : 0); }));
-    if (p.family === "mixtral") rowsCols += p.num_local_experts * 3 * (h + p.ffn_hidden);
-    var perBlock = rowsCols + (isLlama(p) ? 2 * h : 4 * h);
-    var emb = p.vocab + h + ((p.family === "gpt2" || p.family === "bert") ? p.positions + h : 0);
-    return p.n_layers * perBlock + emb + 2 * h;
-  }
-
-  function bytesOf(w) {   // _Bytes: param, act, res, f32op, lora_in
-    if (w.precision === "fp32") return { param: 4, act: 4, res: 4, f32op: 4, lora_in: 4 };
-    if (w.mixed) return { param: 4, act: 2, res: 4, f32op: 4, lora_in: 2 };
-    return { param: 2, act: 2, res: 2, f32op: 2, lora_in: 4 };
-  }
-
-  // ---------------------------------------------------------------- activations
-  function savedAttention(w, p, d, n, oTrainable) {
-    var hd = p.head_dim, b = w.batch, s = w.seq, q = p.heads * hd, kv = p.kv_heads * hd;
-    var qkv = (q + 2 * kv) * n * d.act;
-    if (w.attention === "sdpa")
-      return [["q,k,v", qkv], ["attn_out", n * q * d.act], ["logsumexp", b * p.heads * Math.ceil(s / 32) * 32 * 4]];
-    var out = [["q,k,v (matmul copies)", isLlama(p) ? (q + 2 * q) * n * d.act : qkv]];
-    if (w.checkpointing !== "selective") {
-      var scores = b * p.heads * s * s;
-      out.push(["softmax(scores)", scores * d.f32op]);
-      if (w.mixed) out.push(["softmax 16-bit copy", scores * d.act]);
-      if (w.dropout > 0) { out.push(["attn dropout mask", scores]); out.push(["attn dropout out", scores * d.act]); }
-    }
-    if (oTrainable) out.push(["attn_out (contiguous)", n * q * d.act]);
+  function loraShapes(p, targets) {
+    var s = linearShapes(p), names = loraTargetNames(p, targets), one = [], out = [];
+    names.forEach(function (t) { if (t !== "mlm") one.push([s[t][0], s[t][1]]); });
+    for (var i = 0; i < p.n_layers; i++) out = out.concat(one);
+    if (names.indexOf("mlm") >= 0) out.push([p.hidden, p.hidden]);
     return out;
   }
 
-  function savedPerBlock(w, p, first) {
-    var d = bytesOf(w), n = w.batch * w.seq, h = p.hidden, f = p.ffn_hidden;
-    var lora = w.lora_rank > 0, train = !lora, drop = w.dropout > 0, stats = 2 * n * 4;
-    var saved = [];
-    if (!(lora && first)) { saved.push(["norm1 input", n * h * d.res]); saved.push(["norm1 stats", stats]); }
-    if (p.family === "bert") return savedBertBlock(w, p, d, n, train, drop, saved);
-    if (isLlama(p)) return savedLlamaBlock(w, p, d, n, train, saved);
-    if (train) saved.push(["c_attn input", n * h * d.act]);
-    else saved.push(["lora_A input", n * h * d.lora_in]);
-    saved = saved.concat(savedAttention(w, p, d, n, train));
-    if (drop) saved.push(["resid dropout mask", n * h]);
-    saved.push(["norm2 input", n * h * d.res]); saved.push(["norm2 stats", stats]);
-    if (train) saved.push(["c_fc input", n * h * d.act]);
-    // fused_gelu=False in estimate(): HF's gelu_new saves 4 tensors
-    saved.push(["gelu: x for x³", n * f * d.f32op]); saved.push(["gelu: tanh", n * f * d.f32op]);
-    saved.push(["gelu: 1+tanh", n * f * d.f32op]); saved.push(["gelu: 0.5·x", n * f * d.act]);
-    if (train) saved.push(["mlp c_proj input", n * f * d.act]);
-    if (drop) saved.push(["mlp dropout mask", n * h]);
-    return saved;
+  function loraParams(p, rank, targets) {
+    return sum(loraShapes(p, targets).map(function (x) { return rank * (x[0] + x[1]); }));
   }
 
-  function savedBertBlock(w, p, d, n, train, drop, saved) {
-    var h = p.hidden, f = p.ffn_hidden;
-    saved = saved.filter(function (x) { return x[0] !== "norm1 input"; });
-    if (train) saved.push(["q/k/v input", n * h * (w.mixed ? 3 * d.act : d.res)]);
-    else {   // frozen q/k/v keep only weights; one copy of x per adapted layer unless x is fp32 already
-      var copies = w.precision === "fp32" ? 1 : D.lora_targets.bert.length;
-      saved.push(["lora_A inputs", copies * n * h * d.lora_in]);
+  function nf4Bytes(n) { var blocks = ceilDiv(n, 64); return floorDiv(n + 1, 2) + blocks + 4 * ceilDiv(blocks, 256); }
+
+  function quantizedShapes(p) {
+    var s = linearShapes(p), one = [], out = [];
+    Object.keys(s).forEach(function (k) { if (k !== "router") one.push([s[k][0], s[k][1]]); });
+    for (var i = 0; i < p.n_layers; i++) out = out.concat(one);
+    if (p.family === "bert") out.push([p.hidden, p.hidden]);
+    return out;
+  }
+
+  function trainableShapes(p, w) {
+    var out = [], i;
+    if (w.lora_rank) {
+      var r = w.lora_rank;
+      loraShapes(p, w.lora_targets).forEach(function (x) { out.push([r, x[0]]); out.push([x[1], r]); });
+      return out;
     }
-    saved = saved.concat(savedAttention(w, p, d, n, train));
-    if (drop) saved.push(["attn out dropout mask", n * h]);
-    saved.push(["norm1 input", n * h * d.res]);
-    if (train) saved.push(["ffn input", n * h * d.act]);
-    saved.push(["gelu input", n * f * d.act]);
-    if (train) saved.push(["ffn out-proj input", n * f * d.act]);
-    if (drop) saved.push(["ffn dropout mask", n * h]);
-    return saved.concat([["norm2 input", n * h * d.res], ["norm2 stats", 2 * n * 4]]);
-  }
-
-  function savedLlamaBlock(w, p, d, n, train, saved) {
-    var h = p.hidden, f = p.ffn_hidden;
-    var norm = [["rmsnorm x.float()", n * h * 4], ["rmsnorm normalised", n * h * d.res]];
-    saved = saved.filter(function (x) { return x[0] !== "norm1 input"; }).concat(norm);
-    saved.push(["q/k/v input", train ? n * h * d.act : n * h * d.lora_in]);
-    saved = saved.concat(savedAttention(w, p, d, n, train));
-    saved = saved.concat(norm.map(function (x) { return [x[0].replace("1", "2"), x[1]]; }));
-    saved.push(["norm2 stats", 2 * n * 4]);
-    if (train) saved.push(["mlp input", n * h * d.act]);
-    if (p.family === "mixtral") {
-      var k = p.num_experts_per_tok, e = p.num_local_experts;
-      saved.push(["router logits", n * e * (d.act + 4)]);
-      saved.push(["expert inputs", k * n * h * d.act]); saved.push(["expert outputs", k * n * h * d.act]);
-      n = n * k;
+    var h = p.hidden, V = p.vocab, lin = {}, s = linearShapes(p);
+    Object.keys(s).forEach(function (k) { lin[k] = [[s[k][1], s[k][0]]].concat(s[k][2] ? [[s[k][1]]] : []); });
+    var block;
+    if (p.family === "gpt2") {
+      block = [[h], [h]].concat(lin.qkv, lin.o, [[h], [h]], lin.up, lin.down);
+      out = [[V, h], [p.positions, h]];
+      for (i = 0; i < p.n_layers; i++) out = out.concat(block);
+      return out.concat([[h], [h]]);
     }
-    saved.push(["gate", n * f * d.act]); saved.push(["silu(gate)", n * f * d.act]); saved.push(["up", n * f * d.act]);
-    if (train) saved.push(["down input", n * f * d.act]);
-    return saved;
+    if (p.family === "bert") {
+      block = [].concat(lin.q, lin.k, lin.v, lin.o, [[h], [h]], lin.up, lin.down, [[h], [h]]);
+      out = [[V, h], [p.positions, h], [2, h], [h], [h]];
+      for (i = 0; i < p.n_layers; i++) out = out.concat(block);
+      return out.concat([[h, h], [h], [h], [h], [V]]);
+    }
+    block = [].concat(lin.q, lin.k, lin.v, lin.o);
+    if (p.family === "llama") block = block.concat(lin.gate, lin.up, lin.down);
+    else block = block.concat(lin.router, [[p.num_local_experts, 2 * p.ffn_hidden, h], [p.num_local_experts, h, p.ffn_hidden]]);
+    block = block.concat([[h], [h]]);
+    out = [[V, h]];
+    for (i = 0; i < p.n_layers; i++) out = out.concat(block);
+    return out.concat([[h]], p.tie_word_embeddings ? [] : [[V, h]]);
   }
 
-  function savedHead(w, p, d) {
-    var n = w.batch * w.seq, h = p.hidden;
-    var total = n * h * d.res + 2 * n * 4;
-    if (w.lora_rank === 0) total += n * h * d.act;
-    if (w.dropout > 0 && (p.family === "gpt2" || p.family === "bert")) total += n * h;
-    if (p.family === "bert") total += n * h * (2 * d.act + d.res);
-    return total;
+  // ---------------------------------------------------------------- model states
+  function adafactorElements(shape) {
+    if (shape.length < 2) return prod(shape);
+    return prod(shape.slice(0, shape.length - 2)) * (shape[shape.length - 2] + shape[shape.length - 1]);
   }
 
-  function activationBytes(w, p) {
-    if (w.offload === "activations") return 0;
-    var d = bytesOf(w), blocks;
-    if (w.checkpointing === "full") blocks = p.n_layers * w.batch * w.seq * p.hidden * d.res;
-    else blocks = sumSaved(savedPerBlock(w, p, true)) + (p.n_layers - 1) * sumSaved(savedPerBlock(w, p, false));
-    return blocks + savedHead(w, p, d);
+  function optimizerStateBytes(opt, n, stateBytes, shapes) {
+    if (opt === "sgd") return 0;
+    if (opt === "sgdm") return n * stateBytes;
+    if (opt === "adamw") return 2 * n * stateBytes;
+    if (opt === "adamw8bit") {
+      return sum(shapes.map(function (s) {
+        var m = prod(s);
+        return m < D.bnb_min_8bit_size ? 8 * m : 2 * m + 2 * 4 * ceilDiv(m, D.bnb_blocksize);
+      }));
+    }
+    if (opt === "adafactor") return sum(shapes.map(adafactorElements)) * stateBytes;
+    throw new WorkloadError("未知优化器 '" + opt + "'");
   }
 
-  function logitsBytes(w, p) {
-    var d = bytesOf(w), nv = w.batch * w.seq * p.vocab;
-    var lossB = (p.family === "bert" && w.param_dtype_name !== "fp32") ? 2 : 4;
+  // ---------------------------------------------------------------- the symbolic forward (_Forward)
+  function T(n, b, rg, id, base) { this.n = n; this.b = b; this.rg = rg; this.id = id; this.base = base || null; }
+
+  function Fwd(w, p, ids, sim) {
+    this.w = w; this.p = p; this.sim = !!sim;
+    this.tok = w.batch * w.seq;
+    this.mixed = w.mixed; this.lora = w.lora_rank > 0; this.train = !this.lora; this.nf4 = w.qlora;
+    this.targets = this.lora ? loraTargetNames(p, w.lora_targets) : [];
+    this.pb = (w.precision === "fp32" || w.mixed || w.qlora) ? 4 : 2;
+    this.cb = D.dtype_bytes[w.compute_dtype_name];
+    this.drop = w.dropout > 0; this.accum = w.accum > 1;
+    this.saved = {}; this.savedOrder = []; this.names = []; this.tape = []; this.pending = [];
+    this.casts = 0; this.kept = 0; this.cached = 0; this.mute = false; this.inAttn = false;
+    this.fwdPeak = 0; this.linger = 0; this.ids = ids || 0;
+  }
+  Fwd.prototype.t = function (n, b, rg) { this.ids += 1; return new T(n, b, rg, this.ids); };
+  Fwd.prototype.view = function (x, n) { this.ids += 1; return new T(n, x.b, x.rg, this.ids, x.base || x); };
+  Fwd.prototype.save = function (x, name) {
+    var s = x.base || x;
+    if (!this.mute) {
+      if (!(s.id in this.saved)) { this.saved[s.id] = s.n * s.b; this.savedOrder.push(s.id); this.names.push([name, s.n * s.b]); }
+      this.pending.push(s.id);
+    }
+    return x.n * x.b;
+  };
+  Fwd.prototype.total = function () { var t = 0, s = this.saved; this.savedOrder.forEach(function (id) { t += s[id]; }); return t; };
+  Fwd.prototype.op = function (out, ins, unpack, temp, alias, fwd) {
+    this.fwdPeak = Math.max(this.fwdPeak, this.total() + out.n * out.b + (fwd || 0) + this.linger);
+    var saved = this.pending; this.pending = [];
+    if (out.rg)
+      this.tape.push({ out: out, ins: ins.filter(function (x) { return x.rg; }), unpack: unpack || 0, temp: temp || 0,
+        alias: !!alias, saved: saved, attn: this.inAttn });
+    return out;
+  };
+  Fwd.prototype.cast = function (x, b) { return x.b === b ? x : this.op(this.t(x.n, b, x.rg), [x]); };
+  Fwd.prototype.shape = function (name) {
+    if (name === "head") return [this.p.hidden, this.p.vocab];
+    if (name === "mlm") return [this.p.hidden, this.p.hidden];
+    var s = linearShapes(this.p)[name]; return [s[0], s[1]];
+  };
+  Fwd.prototype.linear = function (x, name) {
+    var io = this.shape(name), i = io[0], o = io[1], y;
+    if (this.nf4 && name !== "head") {
+      var casts = this.cb !== x.b ? this.tok * (i + o) * this.cb : 0;
+      y = this.op(this.t(this.tok * o, x.b, x.rg), [x], nf4Bytes(i * o), i * o * this.cb + casts, false, i * o * this.cb + casts);
+    } else {
+      var xc = this.mixed ? this.cast(x, 2) : x, wb = this.mixed ? 2 : this.pb, unpack = 0;
+      if (this.train) {
+        unpack += this.save(xc, name + " input");
+        if (this.mixed && !this.mute) this.cached += i * o * 2;
+      } else if (this.mixed && x.rg && !this.mute) this.casts += i * o * 2;
+      if (x.rg) unpack += i * o * wb;
+      var temp = 0;
+      if (this.train) temp = i * o * (this.mixed ? 2 : 0) + (this.accum ? i * o * (this.mixed ? 4 : this.pb) : 0);
+      y = this.op(this.t(this.tok * o, this.mixed ? 2 : x.b, x.rg || this.train), [xc], unpack, temp);
+    }
+    if (this.targets.indexOf(name) >= 0) {
+      var r = this.w.lora_rank, xa;
+      if (this.mixed) xa = this.op(this.t(x.n, 2, x.rg), [this.cast(x, 4)]);
+      else xa = this.cast(x, 4);
+      var ab = this.mixed ? 2 : 4;
+      var a = this.op(this.t(this.tok * r, ab, true), [xa], this.save(xa, name + " lora_A input") + r * i * ab);
+      var lo = this.op(this.t(this.tok * o, ab, true), [a], this.save(a, name + " lora_A output") + r * o * ab);
+      if (this.mixed && !this.mute) this.cached += r * (i + o) * 2;
+      y = this.op(this.t(y.n, y.b, true), [y, this.cast(lo, y.b)], 0, 0, true,
+        this.tok * o * (ab + ((ab === 4 && y.b === 2) ? 4 : 0)));
+    }
+    return y;
+  };
+  Fwd.prototype.layernorm = function (x, name) {
+    if (!(x.rg || this.train)) return this.t(x.n, this.mixed ? 4 : x.b, false);
+    var xs = this.mixed ? this.cast(x, 4) : x;
+    var u = this.save(xs, name + " input") + this.save(this.t(2 * this.tok, 4, false), name + " mean/rstd");
+    return this.op(this.t(x.n, xs.b, true), [xs], u);
+  };
+  Fwd.prototype.rmsnorm = function (x, name) {
+    var outB = Math.max(this.pb, x.b);
+    if (!(x.rg || this.train)) return this.t(x.n, outB, false);
+    var h32 = this.cast(x, 4), u = 0;
+    if (x.rg) u += this.save(h32, name + " x.float()") + this.save(this.t(this.tok, 4, false), name + " rsqrt");
+    if (this.train) u += this.save(this.t(x.n, x.b, true), name + " normalised");
+    return this.op(this.t(x.n, outB, true), [h32], u, 2 * x.n * 4);
+  };
+  Fwd.prototype.dropout = function (x, name) {
+    if (!this.drop) return x;
+    var u = x.rg ? this.save(this.t(x.n, 1, false), name + " dropout mask") : 0;
+    return this.op(this.t(x.n, x.b, x.rg), [x], u);
+  };
+  Fwd.prototype.castGrad = function (x, b) { return x.b === b ? x : this.op(this.t(x.n, b, x.rg), [x]); };
+  Fwd.prototype.add = function (a, b) {
+    var out = this.t(a.n, Math.max(a.b, b.b), a.rg || b.rg);
+    return this.op(out, [this.castGrad(a, out.b), this.castGrad(b, out.b)], 0, 0, true);
+  };
+  Fwd.prototype.geluNew = function (u) {
+    if (!u.rg) return this.t(u.n, u.b, false);
+    var x32 = (u.b === 4 || !this.mixed) ? u : this.t(u.n, 4, true), tb = this.mixed ? 4 : u.b;
+    this.save(x32, "gelu: x for x³");
+    this.save(this.t(u.n, tb, true), "gelu: tanh");
+    this.save(this.t(u.n, tb, true), "gelu: 1+tanh");
+    this.save(this.t(u.n, u.b, true), "gelu: 0.5·x");
+    return this.op(this.t(u.n, Math.max(u.b, tb), true), [u], x32.n * x32.b, 3 * u.n * tb + u.n * u.b);
+  };
+  Fwd.prototype.gelu = function (u) {
+    var s = u.rg ? this.save(u, "gelu input") : 0;
+    return this.op(this.t(u.n, u.b, u.rg), [u], s);
+  };
+  Fwd.prototype.siluMul = function (g, u) {
+    var s = this.op(this.t(g.n, g.b, g.rg), [g], g.rg ? this.save(g, "gate") : 0);
+    var unpack = (u.rg ? this.save(s, "silu(gate)") : 0) + (s.rg ? this.save(u, "up") : 0);
+    return this.op(this.t(g.n, Math.max(s.b, u.b), s.rg || u.rg), [s, u], unpack);
+  };
+  Fwd.prototype.attention = function (q, k, v, qkv) {
+    var self = this, p = this.p, w = this.w, rg = q.rg || k.rg || v.rg, hd = p.head_dim, qd = p.heads * hd;
+    var low = this.mixed ? function (x) { return self.cast(x, 2); } : function (x) { return x; };
+    var ob = this.mixed ? 2 : q.b;
+    var ins = (qkv && !(this.mixed && qkv.b === 4)) ? [qkv] : null;
+    var q2, k2, v2, out, u;
+    if (w.attention === "sdpa") {
+      q2 = low(q); k2 = low(k); v2 = low(v);
+      out = this.t(this.tok * qd, ob, rg);
+      var lse = this.t(w.batch * p.heads * Math.ceil(w.seq / 32) * 32, 4, false);
+      u = 0;
+      if (rg) u = this.save(q2, "q, k, v") + this.save(k2, "q, k, v") + this.save(v2, "q, k, v") +
+        this.save(out, "attention output") + this.save(lse, "logsumexp");
+      var flash = q2.b === 2 && p.kv_heads === p.heads && hd <= 256 && hd % 8 === 0;
+      var temp = lse.n * 4 + (flash ? w.batch * w.seq * p.heads * Math.ceil(hd / 32) * 32 * 4 : 0);
+      if (ins !== null) temp += qkv.n * qkv.b;
+      return this.op(out, ins || [q2, k2, v2], u, temp);
+    }
+    var scores = w.batch * p.heads * w.seq * w.seq;
+    if (isLlama(p) && p.kv_heads < p.heads) {
+      k = this.op(this.t(this.tok * qd, k.b, k.rg), [k]);
+      v = this.op(this.t(this.tok * qd, v.b, v.rg), [v]);
+    }
+    q2 = low(q); k2 = low(k); v2 = low(v);
+    var sIn = (this.mixed || q.b === 2) ? 2 : 4;
+    var sm = (isLlama(p) || this.mixed || q.b === 4) ? 4 : 2;
+    var pm = this.mixed ? 2 : q.b;
+    var qk = this.op(this.t(scores, sIn, rg), [q2, k2], rg ? this.save(q2, "q (matmul)") + this.save(k2, "k (matmul)") : 0);
+    qk = this.op(this.t(scores, sIn, rg), [qk]);
+    var probs = this.t(scores, sm, rg);
+    if (this.sim && sm === 4 && sIn === 2) qk = this.cast(qk, 4);
+    probs = this.op(probs, [qk], rg ? this.save(probs, "softmax(scores)") : 0);
+    if (this.drop) {
+      var mask = rg ? this.save(this.t(scores, 1, false), "attention dropout mask") : 0;
+      var pd = isLlama(p) ? q.b : (this.mixed ? 2 : q.b);
+      probs = this.op(this.t(scores, pd, rg), [this.cast(probs, pd)], mask);
+      this.linger += probs.b !== pm ? probs.n * probs.b : 0;
+      probs = this.cast(probs, pm);
+      if (rg) this.save(probs, "attention dropout output");
+    } else {
+      probs = this.cast(probs, pm);
+      if (rg) this.save(probs, "probabilities (matmul)");
+    }
+    var unpackPv = rg ? probs.n * probs.b + this.save(v2, "v (matmul)") : 0;
+    out = this.t(this.tok * qd, ob, rg);
+    return this.op(out, ins === null ? [probs, v2] : [probs, qkv], unpackPv, this.tok * qd * ob);
+  };
+  Fwd.prototype.moe = function (x) {
+    var p = this.p, n = this.tok, k = p.num_experts_per_tok, e = p.num_local_experts;
+    var a = this.mixed ? 2 : x.b, u = 0, self = this;
+    if (x.rg || this.train) {
+      [["router logits", n * e * (a + 4)], ["expert inputs", k * n * p.hidden * a], ["expert outputs", k * n * p.hidden * a],
+        ["gate", k * n * p.ffn_hidden * a], ["silu(gate)", k * n * p.ffn_hidden * a], ["up", k * n * p.ffn_hidden * a]]
+        .forEach(function (ns) { u += self.save(self.t(ns[1], 1, true), ns[0]); });
+      if (this.train) u += this.save(this.t(k * n * p.ffn_hidden * a, 1, true), "down input");
+      if (x.rg) u += e * 2 * p.hidden * p.ffn_hidden * this.pb;
+    }
+    return this.op(this.t(n * p.hidden, a, x.rg || this.train), [x], u, 3 * k * n * p.ffn_hidden * a);
+  };
+  Fwd.prototype.checkpointed = function (x, run) {
+    var sel = this.w.checkpointing === "selective";
+    if (sel) this.kept += x.n * x.b;
+    this.mute = sel; this.inAttn = true;
+    var y = run.call(this, x);
+    this.mute = false; this.inAttn = false;
+    return y;
+  };
+  Fwd.prototype.embeddings = function () {
+    var p = this.p, x = this.t(this.tok * p.hidden, this.pb, this.train);
+    if (p.family === "bert") x = this.layernorm(x, "embeddings LayerNorm");
+    if (p.family === "gpt2" || p.family === "bert") x = this.dropout(x, "embeddings");
+    return x;
+  };
+  Fwd.prototype.block = function (x) {
+    var f = this.p.family, r, d;
+    if (f === "gpt2") {
+      var h = this.layernorm(x, "ln_1");
+      r = this.add(x, this.checkpointed(h, function (h) {
+        var qkv = this.linear(h, "qkv");
+        var q = this.view(qkv, qkv.n / 3), k = this.view(qkv, qkv.n / 3), v = this.view(qkv, qkv.n / 3);
+        return this.dropout(this.linear(this.attention(q, k, v, qkv), "o"), "attention output");
+      }));
+      var u = this.linear(this.layernorm(r, "ln_2"), "up");
+      d = this.dropout(this.linear(this.geluNew(u), "down"), "MLP output");
+      return this.add(r, d);
+    }
+    if (f === "bert") {
+      var a = this.checkpointed(x, function (x) {
+        var q = this.linear(x, "q"), k = this.linear(x, "k"), v = this.linear(x, "v");
+        var o = this.dropout(this.linear(this.attention(q, k, v), "o"), "attention output");
+        return this.layernorm(this.add(o, x), "attention LayerNorm");
+      });
+      d = this.dropout(this.linear(this.gelu(this.linear(a, "up")), "down"), "output");
+      return this.layernorm(this.add(d, a), "output LayerNorm");
+    }
+    var hh = this.rmsnorm(x, "input RMSNorm");
+    r = this.add(x, this.checkpointed(hh, function (h) {
+      var q = this.linear(h, "q"), k = this.linear(h, "k"), v = this.linear(h, "v");
+      q = this.op(this.t(q.n, Math.max(q.b, this.pb), q.rg), [q], 0, q.n * Math.max(q.b, this.pb));
+      k = this.op(this.t(k.n, Math.max(k.b, this.pb), k.rg), [k], 0, k.n * Math.max(k.b, this.pb));
+      return this.linear(this.attention(q, k, v), "o");
+    }));
+    var h2 = this.rmsnorm(r, "post-attention RMSNorm");
+    if (f === "llama") d = this.linear(this.siluMul(this.linear(h2, "gate"), this.linear(h2, "up")), "down");
+    else d = this.moe(h2);
+    return this.add(r, d);
+  };
+  Fwd.prototype.head = function (x) {
+    var f = this.p.family;
+    if (f === "gpt2") x = this.layernorm(x, "ln_f");
+    else if (f === "bert") x = this.layernorm(this.gelu(this.linear(x, "mlm")), "MLM LayerNorm");
+    else x = this.rmsnorm(x, "final RMSNorm");
+    return this.linear(x, "head");
+  };
+
+  // _backward_peak
+  function backwardPeak(tape, gradOut, saved, savedOrder, offload, recompute) {
+    function resident(op) { return !offload || recompute === "full" || (recompute === "selective" && op.attn); }
+    var keep = {}, i, j;
+    tape.forEach(function (op) { if (resident(op)) op.saved.forEach(function (sid) { keep[sid] = true; }); });
+    var remaining = {}, remOrder = [];
+    savedOrder.forEach(function (sid) { if (keep[sid]) { remaining[sid] = saved[sid]; remOrder.push(sid); } });
+    var later = {}, laterOrder = [];
+    if (recompute === "selective") {
+      var attn = {};
+      tape.forEach(function (op) { if (op.attn) op.saved.forEach(function (sid) { attn[sid] = true; }); });
+      remOrder = remOrder.filter(function (sid) {
+        if (attn[sid]) { later[sid] = remaining[sid]; laterOrder.push(sid); delete remaining[sid]; return false; }
+        return true;
+      });
+    }
+    var refs = {};
+    tape.forEach(function (op) { op.saved.forEach(function (sid) { refs[sid] = (refs[sid] || 0) + 1; }); });
+    var live = {}, liveOrder = [];
+    function liveSum() { var s = 0; liveOrder.forEach(function (id) { if (id in live) s += live[id]; }); return s; }
+    function setLive(id, v) { if (!(id in live)) liveOrder.push(id); live[id] = v; }
+    setLive(gradOut.id, gradOut.n * gradOut.b);
+    var held = 0;
+    remOrder.forEach(function (sid) { held += remaining[sid]; });
+    var peak = held + live[gradOut.id];
+    for (i = tape.length - 1; i >= 0; i--) {
+      var op = tape[i];
+      if (!(op.out.id in live)) continue;
+      var g = live[op.out.id];
+      if (op.attn && laterOrder.length) {
+        laterOrder.forEach(function (sid) { held += later[sid]; remaining[sid] = later[sid]; });
+        laterOrder = []; later = {};
+      }
+      var aliases = op.ins.filter(function (x) { return op.alias && x.b === op.out.b; });
+      var newIds = [], newSize = {};
+      op.ins.forEach(function (x) {
+        if (aliases.indexOf(x) >= 0) return;
+        if (!(x.id in newSize)) { newSize[x.id] = 0; newIds.push(x.id); }
+        newSize[x.id] += x.n * x.b;
+      });
+      var mem = held + liveSum() + sum(newIds.map(function (id) { return newSize[id]; })) + op.temp + (resident(op) ? 0 : op.unpack);
+      peak = Math.max(peak, mem);
+      delete live[op.out.id];
+      var keeper = null;
+      aliases.forEach(function (x) { if (keeper === null || x.id < keeper) keeper = x.id; });
+      aliases.forEach(function (x) { if (!(x.id in live)) setLive(x.id, x.id === keeper ? g : 0); });
+      newIds.forEach(function (id) { if (!(id in live)) setLive(id, newSize[id]); });
+      for (j = 0; j < op.saved.length; j++) {
+        var sid = op.saved[j];
+        refs[sid] -= 1;
+        if (refs[sid] === 0 && (sid in remaining)) { held -= remaining[sid]; delete remaining[sid]; }
+      }
+    }
+    return peak;
+  }
+
+  // _forward
+  function forward(w, p, recompute, sim) {
+    var f = new Fwd(w, p, 0, sim);
+    var xIn = f.embeddings();
+    var f1 = new Fwd(w, p, f.ids, sim);
+    var x = f1.block(xIn);
+    var f2 = new Fwd(w, p, f1.ids, sim);
+    var y = f2.block(x);
+    var f3 = new Fwd(w, p, f2.ids, sim);
+    var logits = f3.head(y);
+    var out = { block_input: xIn.n * xIn.b, logits_bytes_per_elem: logits.b, first_fwd: f1.fwdPeak, rest_fwd: f2.fwdPeak,
+      out_bytes: y.n * y.b };
+    [["emb", f], ["first", f1], ["rest", f2], ["head", f3]].forEach(function (pf) {
+      out[pf[0]] = pf[1].total(); out[pf[0] + "_casts"] = pf[1].casts; out[pf[0] + "_kept"] = pf[1].kept;
+      out[pf[0] + "_cached"] = pf[1].cached;
+    });
+    var rc = recompute || w.checkpointing, off = w.offload === "activations";
+    out.first_ws = backwardPeak(f1.tape, x, f1.saved, f1.savedOrder, off, rc);
+    out.rest_ws = backwardPeak(f2.tape, y, f2.saved, f2.savedOrder, off, rc);
+    return out;
+  }
+
+  // _activations
+  function activations(w, p, sim) {
+    var fw = forward(w, p, null, sim), L = p.n_layers;
+    var parts = w.checkpointing === "full" ? ["emb", "head"] : ["emb", "first", "rest", "head"];
+    var mult = { emb: 1, first: 1, rest: L - 1, head: 1 };
+    function total(suffix) { return sum(parts.map(function (k) { return mult[k] * fw[k + suffix]; })); }
+    var saved = total(""), casts = total("_casts"), cached = total("_cached"), kept = total("_kept");
+    if (w.checkpointing === "full") kept = L * fw.block_input;
+    if (w.offload === "activations") { saved = 0; casts = 0; cached = 0; kept = 0; }
+    return { total: saved + kept, saved: saved, kept: kept, casts: casts, cached: cached, forward: fw };
+  }
+
+  function activationBytes(w, p) { return activations(w, p, false).total; }
+
+  function logitsBytes(w, p, lb) {
+    var nv = w.batch * w.seq * p.vocab;
+    var lossB = (p.family === "bert" && lb === 2 && !w.mixed) ? 2 : 4;
     var labels = 8 * w.batch * w.seq;
-    return { forward_end: nv * (d.act + (d.act !== lossB ? lossB : 0) + lossB) + labels,
-             backward_start: 3 * nv * lossB + labels };
+    return { forward_end: nv * (lb + (lb !== lossB ? lossB : 0) + lossB) + labels, backward_start: 3 * nv * lossB + labels };
   }
 
   // ---------------------------------------------------------------- the estimate
-  function optimizerTempBytes(w, p, trainable, sBytes, lora) {
+  function optimizerTempBytes(w, shapes, sBytes) {
     if (w.optimizer === "sgd" || w.optimizer === "sgdm" || w.optimizer === "adamw8bit") return 0;
-    if (w.optimizer === "adamw" && w.foreach) return trainable * sBytes;
-    var largest = Math.max(p.vocab * p.hidden, Math.max.apply(null, shapeList(p).map(function (x) { return x[0] * x[1]; })));
-    return (lora ? trainable : largest) * sBytes;
+    var n = shapes.map(prod);
+    if (w.foreach) return sum(n) * sBytes;
+    var k = w.optimizer === "adamw" ? 2 : 1, best = 0;
+    for (var i = 0; i < n.length; i++) best = Math.max(best, k * n[i] + (i ? n[i - 1] : 0));
+    return best * sBytes;
   }
 
   function finish(w, phases, params, trainable, order) {
@@ -251,54 +527,94 @@
              trainable_params: trainable, peak_phase: peak, phases: totalsInt };
   }
 
+  function row(parameters, gradients, state, acts, logits, temporaries, overhead) {
+    return { parameters: parameters, gradients: gradients, optimizer_state: state, activations: acts,
+      logits_and_loss: logits, temporaries: temporaries, cuda_overhead: overhead };
+  }
+
   function estimate(fields, qlora) {
+    if (qlora) { fields = Object.assign({}, fields); fields.qlora = true; }
     var w = validate(workload(fields));
-    if (qlora && w.lora_rank === 0) throw new WorkloadError("QLoRA 需要 LoRA：请同时给出 --lora-rank r（r > 0）");
     var p = D.presets[w.model];
     if (w.inference) return estimateInference(w, p);
-    var d = bytesOf(w), params = paramCount(p), lora = w.lora_rank > 0;
-    var trainable = lora ? loraParams(p, w.lora_rank) : params;
+    if (w.qlora && p.family === "mixtral")
+      throw new WorkloadError("Mixtral 的专家权重是 3 维参数，不是 nn.Linear：bitsandbytes 不会把它们量化成 4 位，而 prepare_model_for_kbit_training 会把它们升为 FP32。vramlab 不估算 MoE 的 QLoRA");
+    var params = paramCount(p), lora = w.lora_rank > 0;
+    var shapes = trainableShapes(p, w), trainable = sum(shapes.map(prod));
     var nDev = w.zero ? w.gpus : 1;
-
-    var mm = matmulWeightParams(p), baseW;
-    baseW = qlora ? qloraWeightBytes(mm) + (params - mm) * d.param : params * d.param;
+    var pb = (w.precision === "fp32" || w.mixed || w.qlora) ? 4 : 2;
+    var baseW;
+    if (w.qlora) {
+      var q = quantizedShapes(p), nq = sum(q.map(function (x) { return x[0] * x[1]; }));
+      baseW = sum(q.map(function (x) { return nf4Bytes(x[0] * x[1]); })) + (params - nq) * 4;
+    } else baseW = params * pb;
     var weights, wBytes, gBytes, sBytes;
     if (lora) { weights = baseW + trainable * 4; wBytes = 4; gBytes = 4; sBytes = 4; }
     else if (w.zero && w.mixed) { weights = params * 2; wBytes = 2; gBytes = 2; sBytes = 4; }
-    else { weights = baseW; wBytes = d.param; gBytes = d.param; sBytes = d.param; }
+    else { weights = baseW; wBytes = pb; gBytes = pb; sBytes = pb; }
     var grads = trainable * gBytes;
-    var state = optimizerStateBytes(w.optimizer, trainable, sBytes, adafactorFactoredElements(p, w.lora_rank));
+    var state = optimizerStateBytes(w.optimizer, trainable, sBytes, shapes);
     if (w.zero && w.mixed && !lora) state += params * 4;
     if (w.zero >= 1) state = floorDiv(state, nDev);
     if (w.zero >= 2) grads = floorDiv(grads, nDev);
     if (w.zero >= 3) weights = floorDiv(weights, nDev);
-    var autocastCache = (w.mixed && !w.zero && !qlora) ? mm * 2 : 0;
 
-    var act = activationBytes(w, p), lg = logitsBytes(w, p), ckpt = w.checkpointing === "full";
-    var savedCasts;
-    if (w.offload === "activations") savedCasts = 0;
-    else if (ckpt) savedCasts = autocastCache ? p.vocab * p.hidden * 2 : 0;
-    else savedCasts = autocastCache;
-    var block = sumSaved(savedPerBlock(w, p, false));
+    var acts = activations(w, p, false), fw = acts.forward, act = acts.total;
+    var cache = 0;
+    if (w.mixed && !w.zero) cache = !lora ? matmulWeightParams(p) * 2 : trainable * 2;
+    var cachedBwd = !w.zero ? acts.cached : 0, casts = acts.casts;
+    var lg = logitsBytes(w, p, fw.logits_bytes_per_elem);
     var ws = 2 * D.cublas_workspace_bytes;
     var gradsNow = w.accum > 1 ? grads : 0;
+    var tied = p.family === "gpt2" || p.family === "bert" || !!p.tie_word_embeddings;
+    var embGrad = !lora ? floorDiv(p.vocab * p.hidden * gBytes, w.zero >= 2 ? nDev : 1) : 0;
 
-    var tempOpt = floorDiv(optimizerTempBytes(w, p, trainable, sBytes, lora), w.zero ? nDev : 1);
+    var ckpt = w.checkpointing, off = w.offload === "activations";
+    var full = ckpt === "none" ? fw : forward(withChanges(w, { checkpointing: "none" }), p, ckpt, false);
+    var ownRest, copiesRest, copiesFirst;
+    if (ckpt === "full") {
+      ownRest = off ? 0 : fw.block_input;
+      copiesRest = full.rest_casts + full.rest_cached; copiesFirst = full.first_casts + full.first_cached;
+    } else {
+      ownRest = off ? 0 : fw.rest + fw.rest_kept;
+      copiesRest = 0; copiesFirst = 0;
+    }
+    var wsRest = full.rest_ws, wsFirst = full.first_ws;
+    if (ckpt === "full") {
+      wsRest = Math.max(wsRest, full.rest_fwd + fw.out_bytes);
+      wsFirst = Math.max(wsFirst, full.first_fwd + fw.out_bytes);
+    }
+    wsRest += (ckpt !== "none" ? fw.rest_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
+    wsFirst += (ckpt !== "none" ? fw.first_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
+    var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : 0);
+    var blockGrads = (!lora && w.accum === 1) ? blockParams(p) * gBytes : 0;
+    var embSaved = off ? 0 : fw.emb;
+    var blockCasts = (off || ckpt === "full") ? 0 : fw.first_casts + fw.first_cached;
+    var headCopies = off ? 0 : fw.head_casts + (!w.zero ? fw.head_cached : 0);
+
+    var tempOpt = floorDiv(optimizerTempBytes(w, shapes, sBytes), w.zero ? nDev : 1);
     var gather = w.zero === 3 ? 2 * blockParams(p) * wBytes : 0;
-    var dequant = qlora ? Math.max.apply(null, shapeList(p).map(function (x) { return x[0] * x[1]; })) * d.act : 0;
+    var headGradNow = lora ? 0 : p.vocab * p.hidden * gBytes;
+    var headUnpack = 0;
+    if (w.offload === "activations") headUnpack = p.vocab * p.hidden * (w.mixed ? 2 : pb) + w.batch * w.seq * p.hidden * pb;
 
     var phases = {
-      forward_end: { parameters: weights + autocastCache, gradients: gradsNow, optimizer_state: state,
-        activations: act, logits_and_loss: lg.forward_end, temporaries: gather + dequant, cuda_overhead: ws },
-      backward_start: { parameters: weights + savedCasts, gradients: gradsNow, optimizer_state: state,
-        activations: act, logits_and_loss: lg.backward_start, temporaries: gather + dequant, cuda_overhead: ws },
-      backward_end: { parameters: weights + floorDiv(autocastCache, Math.max(1, p.n_layers)), gradients: grads,
-        optimizer_state: state, activations: (ckpt ? act : 0) + block, logits_and_loss: 0,
-        temporaries: gather + dequant, cuda_overhead: ws },
-      optimizer_step: { parameters: weights, gradients: grads, optimizer_state: state, activations: 0,
-        logits_and_loss: 0, temporaries: tempOpt, cuda_overhead: ws }
+      block_forward: row(weights + cache + casts, gradsNow, state, act - ownRest - (off ? 0 : fw.head), 0, gather + fwdLast, ws),
+      forward_end: row(weights + cache + casts, gradsNow, state, act, lg.forward_end, gather, ws),
+      backward_start: row(weights + cachedBwd + casts, gradsNow, state, act, lg.backward_start, gather, ws),
+      head_backward: row(weights + cachedBwd + casts, gradsNow + headGradNow, state, act,
+        w.batch * w.seq * (p.vocab * fw.logits_bytes_per_elem + 8) + headUnpack, gather, ws),
+      block_backward: row(weights + cachedBwd + casts - headCopies + copiesRest, gradsNow + headGradNow + blockGrads,
+        state, act - ownRest, 0, gather + wsRest, ws),
+      backward_end: row(weights + blockCasts + copiesFirst, grads - ((tied || w.accum > 1) ? 0 : embGrad), state,
+        embSaved, 0, gather + wsFirst, ws),
+      optimizer_step: row(weights, grads, state, 0, 0, tempOpt, ws)
     };
-    return finish(w, phases, params, trainable, D.phases);
+    var order = ["block_forward", "forward_end", "backward_start", "head_backward", "block_backward", "backward_end",
+      "optimizer_step"];
+    var extra = (tied ? embGrad : 0) + (w.accum > 1 ? embGrad : 0);
+    if (extra) { phases.embedding_backward = row(weights, grads, state, 0, 0, extra, ws); order.push("embedding_backward"); }
+    return finish(w, phases, params, trainable, order);
   }
 
   function estimateInference(w, p) {
@@ -312,10 +628,8 @@
     if (w.attention === "eager") blockWs = Math.max(blockWs, n * 2 * h * b + 2 * w.batch * p.heads * w.seq * w.seq * b);
     var logits = n * p.vocab * b + n * h * b;     // estimate() calls it with kv_cache=False
     var inBlock = blockWs > logits;
-    var row = { parameters: params * weightB + cache, gradients: 0, optimizer_state: 0, activations: 0,
-      logits_and_loss: inBlock ? 0 : logits, temporaries: inBlock ? blockWs : 0,
-      cuda_overhead: D.cublas_workspace_bytes };
-    return finish(w, { prefill: row }, params, 0, ["prefill"]);
+    var r = row(params * weightB + cache, 0, 0, 0, inBlock ? 0 : logits, inBlock ? blockWs : 0, D.cublas_workspace_bytes);
+    return finish(w, { prefill: r }, params, 0, ["prefill"]);
   }
 
   // ---------------------------------------------------------------- cards
@@ -326,7 +640,7 @@
   }
 
   global.VramEstimate = { estimate: estimate, validate: validate, workload: workload, paramCount: paramCount,
-    loraParams: loraParams, fitVerdict: fitVerdict, WorkloadError: WorkloadError,
+    loraParams: loraParams, fitVerdict: fitVerdict, WorkloadError: WorkloadError, withChanges: withChanges,
     // for plan.js (vramlab.plan's cost model)
     matmulWeightParams: matmulWeightParams, linearShapes: linearShapes, activationBytes: activationBytes };
 })(window);

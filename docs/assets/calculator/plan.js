@@ -103,12 +103,13 @@
     return p.n_layers * sum(Object.keys(s).filter(function (k) { return ["qkv", "q", "k", "v", "o"].indexOf(k) >= 0; })
       .map(function (k) { return s[k][0] * s[k][1]; }));
   }
-  function withFields(w, changes) { var o = {}, k; for (k in w) o[k] = w[k]; for (k in changes) o[k] = changes[k]; return E.workload(o); }
+  var withFields = E.withChanges;
+  function isPure16(w) { return w.precision === "bf16" || w.precision === "fp16"; }
 
   function stepCost(c, p, hw) {
     var w = c.w, tokens = w.batch * w.accum * w.seq, nmm = activeMatmulParams(p);
     var attn = 2 * p.n_layers * w.seq * p.heads * p.head_dim, fwd = 2 * nmm + attn;
-    var lora = w.lora_rank > 0, adapters = lora ? E.loraParams(p, w.lora_rank) : 0;
+    var lora = w.lora_rank > 0, adapters = lora ? E.loraParams(p, w.lora_rank, w.lora_targets) : 0;
     var train = lora ? (fwd + 2 * nmm + 2 * attn + 6 * adapters) : 3 * fwd;
     var recompute = w.checkpointing === "full" ? fwd : (w.checkpointing === "selective" ? 2 * attentionParams(p) + attn : 0);
     var rate = (w.precision === "fp32" ? hw.fp32_tflops : hw.bf16_tflops) * 1e12;
@@ -116,9 +117,9 @@
     var act = w.offload === "activations" ? E.activationBytes(withFields(w, { offload: "none" }), p) : 0;
     out.offload = 2 * act * w.accum / (hw.pcie_gbps * 1e9);
     var passes = w.checkpointing === "full" ? 3 : 2;
-    out.dequant = c.qlora ? passes * E.matmulWeightParams(p) * (P.nf4_bytes + 2) * w.accum / (hw.hbm_gbps * 1e9) : 0;
+    out.dequant = w.qlora ? passes * E.matmulWeightParams(p) * (P.nf4_bytes + 2) * w.accum / (hw.hbm_gbps * 1e9) : 0;
     var trainable = lora ? adapters : p.params;
-    var wb = (w.precision === "bf16" && !lora) ? 2 : 4;
+    var wb = (isPure16(w) && !lora) ? 2 : 4;
     var state = { adamw: 2 * wb, adamw8bit: 2, adafactor: 0, sgd: 0, sgdm: wb }[w.optimizer];
     if (w.zero && w.mixed && !lora) state += 4;
     var shard = w.zero ? w.gpus : 1;
@@ -126,7 +127,7 @@
     var comm = 0;
     if (w.gpus > 1) {
       var ring = (w.gpus - 1) / w.gpus;
-      var gb = ((w.mixed || w.precision === "bf16") && !lora) ? 2 : 4, grads = trainable * gb;
+      var gb = ((w.mixed || isPure16(w)) && !lora) ? 2 : 4, grads = trainable * gb;
       if (w.zero === 0 || w.zero === 1) comm = 2 * grads;
       else if (w.zero === 2) comm = grads * w.accum + trainable * gb;
       else comm = (2 * p.params * (w.precision !== "fp32" ? 2 : 4) + grads) * w.accum;
@@ -144,35 +145,39 @@
     for (var i = 0; i < 12; i++) { var b = Math.pow(2, i); if (b <= perGpu && perGpu % b === 0) out.push(b); }
     return out;
   }
+  function precisionsFor(bf16, m) {
+    if (m === "qlora") return bf16 ? ["bf16-mixed", "bf16"] : ["fp16-mixed", "fp16"];
+    if (bf16) return P.precisions;
+    return m === "full" ? ["fp16-mixed", "fp32"] : P.precisions_no_bf16;
+  }
   function candidates(name, p, o) {
     var perGpu = o.global_batch / o.gpus, out = [], zeros = o.gpus === 1 ? [0] : [0, 1, 2, 3];
-    o.methods.forEach(function (method) {
-      var precs = method === "qlora" ? ["bf16"] : P.precisions;
-      var opts = method === "full" ? ["adamw", "adamw8bit", "adafactor"] : ["adamw", "adamw8bit"];
-      precs.forEach(function (precision) { opts.forEach(function (optimizer) {
+    o.methods.forEach(function (m) {
+      if (m === "qlora" && p.family === "mixtral") return;
+      var opts = m === "full" ? ["adamw", "adamw8bit", "adafactor"] : ["adamw", "adamw8bit"];
+      precisionsFor(o.bf16, m).forEach(function (precision) { opts.forEach(function (optimizer) {
         ["none", "selective", "full"].forEach(function (ckpt) { ["none", "activations"].forEach(function (offload) {
           zeros.forEach(function (zero) { microBatches(perGpu).forEach(function (b) {
             out.push({ w: E.workload({ model: name, batch: b, seq: o.seq, optimizer: optimizer, precision: precision,
-              checkpointing: ckpt, lora_rank: method === "full" ? 0 : o.lora_rank, zero: zero, gpus: o.gpus,
-              accum: perGpu / b, offload: offload }), qlora: method === "qlora" });
+              checkpointing: ckpt, lora_rank: m === "full" ? 0 : o.lora_rank,
+              lora_targets: m !== "full" ? o.lora_targets : "default", qlora: m === "qlora", zero: zero, gpus: o.gpus,
+              accum: perGpu / b, offload: offload }) });
           }); });
         }); });
       }); });
     });
     return out;
   }
-  function method(c) { return c.qlora ? "qlora" : (c.w.lora_rank ? "lora" : "full"); }
-  function headCorrection(c, p) {
-    return c.qlora ? Math.trunc(p.vocab * p.hidden * (D.dtype_bytes[c.w.param_dtype_name] - P.nf4_bytes)) : 0;
-  }
+  function method(c) { return c.w.qlora ? "qlora" : (c.w.lora_rank ? "lora" : "full"); }
   function score(c, p, usable, hw) {
-    var e = E.estimate(c.w, c.qlora), w = c.w, need = e.total_bytes + headCorrection(c, p);
+    var e = E.estimate(c.w), w = c.w, need = e.total_bytes;
     if (w.gpus > 1 && w.zero === 0)
-      need += w.lora_rank ? E.loraParams(p, w.lora_rank) * 4 : e.trainable_params * (w.precision === "bf16" ? 2 : 4);
+      need += e.trainable_params * (w.lora_rank ? 4 : (isPure16(w) ? 2 : 4));
     need = Math.trunc(need * P.allocator_overhead);
     return { c: c, e: e, need: need, cost: stepCost(c, p, hw), fits: need <= usable };
   }
-  var PREC_RANK = { "bf16-mixed": 0, "fp32": 1, "bf16": 2 }, OPT_RANK = { adamw: 0, adamw8bit: 1, adafactor: 2 };
+  var PREC_RANK = { "bf16-mixed": 0, "fp16-mixed": 0, "fp32": 1, "bf16": 2, "fp16": 2 },
+    OPT_RANK = { adamw: 0, adamw8bit: 1, adafactor: 2 };
   function round6(x) { return Math.round(x * 1e6) / 1e6; }
   function cmpKey(a, b) {
     var ka = [round6(a.cost.total), -a.c.w.batch, PREC_RANK[a.c.w.precision], OPT_RANK[a.c.w.optimizer], a.need];
@@ -180,50 +185,121 @@
     for (var i = 0; i < ka.length; i++) if (ka[i] !== kb[i]) return ka[i] < kb[i] ? -1 : 1;
     return 0;
   }
-  function familyKey(s) { var w = s.c.w; return [method(s.c), w.precision, w.checkpointing, w.zero].join("|"); }
+  function recipeKey(w) { return [w.qlora, w.lora_rank > 0, w.precision, w.optimizer, w.checkpointing, w.offload, w.zero].join("|"); }
+  function stableSort(xs, cmp) {   // Python's sort is stable; so is this
+    return xs.map(function (x, i) { return [x, i]; }).sort(function (a, b) { return cmp(a[0], b[0]) || a[1] - b[1]; })
+      .map(function (x) { return x[0]; });
+  }
 
   function search(name, p, o, usable, hw) {
-    var scored = [];
+    var scored = [], leftOut = [];
     candidates(name, p, o).forEach(function (c) {
       try { scored.push(score(c, p, usable, hw)); }
       catch (err) { if (!(err instanceof E.WorkloadError)) throw err; }
     });
-    var fitting = scored.filter(function (s) { return s.fits; }).sort(cmpKey);
-    var perRecipe = [], seen = {};
-    fitting.forEach(function (s) { var k = familyKey(s); if (!seen[k]) { seen[k] = true; perRecipe.push(s); } });
+    // 8-bit AdamW: only where it saves a meaningful share of the same recipe with AdamW
+    var byKey = {};
+    scored.forEach(function (s) { byKey[recipeKey(s.c.w) + "#" + s.c.w.batch] = s; });
+    var kept = [], dropped = {}, droppedOrder = [];
+    scored.forEach(function (s) {
+      var w = s.c.w, base = null;
+      if (w.optimizer === "adamw8bit") base = byKey[recipeKey(withFields(w, { optimizer: "adamw" })) + "#" + w.batch] || null;
+      if (base !== null && base.e.total_bytes - s.e.total_bytes < P.eight_bit_min_share * base.e.total_bytes) {
+        if (s.fits) {
+          var k = recipeKey(w);
+          if (!dropped[k]) { dropped[k] = []; droppedOrder.push(k); }
+          dropped[k].push([s, base]);
+        }
+        return;
+      }
+      kept.push(s);
+    });
+    scored = kept;
+    var keptRecipes = {};
+    scored.forEach(function (s) { if (s.fits) keptRecipes[recipeKey(s.c.w)] = true; });
+    var perMethod = {}, methodOrder = [];
+    droppedOrder.forEach(function (k) {
+      if (keptRecipes[k]) return;
+      var best = null;
+      dropped[k].forEach(function (sb) {
+        var r = sb[0].e.total_bytes / Math.max(1, sb[1].e.total_bytes);
+        if (best === null || r > best[2]) best = [sb[0], sb[1], r];
+      });
+      var m = method(best[0].c);
+      if (!perMethod[m]) { perMethod[m] = []; methodOrder.push(m); }
+      perMethod[m].push([best[0], best[1]]);
+    });
+    methodOrder.forEach(function (m) {
+      var pairs = perMethod[m], best = null;
+      pairs.forEach(function (sb) { var r = 1 - sb[0].e.total_bytes / sb[1].e.total_bytes; if (best === null || r > best[2]) best = [sb[0], sb[1], r]; });
+      var saved = Math.max(0, best[1].e.total_bytes - best[0].e.total_bytes);
+      leftOut.push({ workload: wlDict(best[0].c.w), summary: P.method_zh[m] + " + 8-bit AdamW（" + pairs.length + " 个方案）",
+        reason: "最多只比 AdamW 省 " + fmtBytes(saved) + "（峰值的 " + (100 * saved / best[1].e.total_bytes).toFixed(1) + "%），不到 " +
+          Math.round(100 * P.eight_bit_min_share) + "%，不值得为它引入 bitsandbytes" });
+    });
+    var recipes = {}, recipeOrder = [];
+    stableSort(scored.filter(function (s) { return s.fits; }), function (a, b) { return b.c.w.batch - a.c.w.batch; })
+      .forEach(function (s) {
+        var k = recipeKey(s.c.w);
+        if (!recipes[k]) { recipes[k] = []; recipeOrder.push(k); }
+        recipes[k].push(s);
+      });
+    var ordered = stableSort(recipeOrder.map(function (k) { return recipes[k]; }), function (a, b) { return cmpKey(a[0], b[0]); });
     var fronts = {}, order = [];
-    perRecipe.forEach(function (s) {
-      var m = method(s.c);
+    ordered.forEach(function (r) {
+      var m = method(r[0].c);
       if (!fronts[m]) { fronts[m] = []; order.push(m); }
       var f = fronts[m];
-      if (!f.length || s.need < f[f.length - 1].need * (1 - P.pareto_step)) f.push(s);
+      if (!f.length || r[0].need < f[f.length - 1][0].need * (1 - P.pareto_step)) f.push(r);
+      else {
+        var better = f[f.length - 1][0];
+        leftOut.push({ workload: wlDict(r[0].c.w), summary: summary(r[0].c, p),
+          reason: "比“" + summary(better.c, p) + "”慢（" + fmtS(r[0].cost.total) + " 对 " + fmtS(better.cost.total) +
+            "/步），显存也没有省下 " + Math.round(100 * P.pareto_step) + "% 以上" });
+      }
     });
-    var heads = order.map(function (m) { return fronts[m][0]; }).sort(cmpKey);
+    var heads = stableSort(order.map(function (m) { return fronts[m][0]; }), function (a, b) { return cmpKey(a[0], b[0]); });
     var rest = [];
     order.forEach(function (m) { rest = rest.concat(fronts[m].slice(1)); });
-    return { scored: scored, ranked: heads.concat(rest.sort(cmpKey)) };
+    return { scored: scored, ranked: heads.concat(stableSort(rest, function (a, b) { return cmpKey(a[0], b[0]); })), leftOut: leftOut };
   }
 
   // ---------------------------------------------------------------- plan.make_plan (verify=False)
-  function summary(c) {
-    var w = c.w, parts = [P.method_zh[method(c)] + (w.lora_rank ? " r=" + w.lora_rank : ""), P.precision_zh[w.precision],
-      P.optimizer_zh[w.optimizer], P.ckpt_zh[w.checkpointing]];
+  function targetsZh(w, p) {
+    if (w.lora_targets === "default" && p) return "目标 " + P.default_target_names[p.family] + "（peft 默认）";
+    return "目标 " + P.targets_zh[w.lora_targets];
+  }
+  function precisionZh(w) {
+    if (!w.qlora) return P.precision_zh[w.precision];
+    var t = w.compute_dtype_name.toUpperCase();
+    if (w.mixed) return t + " 计算 + autocast" + (t === "FP16" ? "（损失缩放）" : "");
+    return t !== "FP32" ? t + " 计算（不开 autocast）" : "FP32 计算";
+  }
+  function summary(c, p) {
+    var w = c.w, parts = [P.method_zh[method(c)] + (w.lora_rank ? " r=" + w.lora_rank + "（" + targetsZh(w, p) + "）" : ""),
+      precisionZh(w), P.optimizer_zh[w.optimizer], P.ckpt_zh[w.checkpointing]];
     if (w.offload !== "none") parts.push("激活值卸载");
     if (w.gpus > 1) parts.push(w.gpus + " 卡" + (w.zero ? " ZeRO-" + w.zero : " 数据并行"));
     parts.push("微批次 " + w.batch + " × 累积 " + w.accum);
     return parts.join("，");
   }
   function toggles(s) {
-    var c = s.c, w = c.w, out = [];
-    if (c.qlora) out.push(["QLoRA（NF4 基座）", { w: w, qlora: false }]);
-    else if (w.lora_rank) out.push(["LoRA r=" + w.lora_rank, { w: withFields(w, { lora_rank: 0 }), qlora: false }]);
-    if (w.precision !== "fp32") out.push([P.precision_zh[w.precision], { w: withFields(w, { precision: "fp32" }), qlora: c.qlora }]);
-    if (w.optimizer !== "adamw") out.push([P.optimizer_zh[w.optimizer], { w: withFields(w, { optimizer: "adamw" }), qlora: c.qlora }]);
-    if (w.checkpointing !== "none") out.push([P.ckpt_zh[w.checkpointing], { w: withFields(w, { checkpointing: "none" }), qlora: c.qlora }]);
-    if (w.offload !== "none") out.push(["激活值卸载到主存（save_on_cpu）", { w: withFields(w, { offload: "none" }), qlora: c.qlora }]);
-    if (w.zero) out.push(["ZeRO-" + w.zero + "（" + w.gpus + " 卡分片）", { w: withFields(w, { zero: 0 }), qlora: c.qlora }]);
-    if (w.accum > 1) out.push(["梯度累积 " + w.accum + " 步", { w: withFields(w, { batch: w.batch * w.accum, accum: 1 }), qlora: c.qlora }]);
+    var w = s.c.w, out = [];
+    if (w.qlora) out.push(["QLoRA（NF4 基座）", { w: withFields(w, { qlora: false }) }]);
+    else if (w.lora_rank) out.push(["LoRA r=" + w.lora_rank, { w: withFields(w, { lora_rank: 0, lora_targets: "default" }) }]);
+    if (w.precision !== "fp32") out.push([precisionZh(w), { w: withFields(w, { precision: "fp32" }) }]);
+    if (w.optimizer !== "adamw") out.push([P.optimizer_zh[w.optimizer], { w: withFields(w, { optimizer: "adamw" }) }]);
+    if (w.checkpointing !== "none") out.push([P.ckpt_zh[w.checkpointing], { w: withFields(w, { checkpointing: "none" }) }]);
+    if (w.offload !== "none") out.push(["激活值卸载到主存（save_on_cpu）", { w: withFields(w, { offload: "none" }) }]);
+    if (w.zero) out.push(["ZeRO-" + w.zero + "（" + w.gpus + " 卡分片）", { w: withFields(w, { zero: 0 }) }]);
+    if (w.accum > 1) out.push(["梯度累积 " + w.accum + " 步", { w: withFields(w, { batch: w.batch * w.accum, accum: 1 }) }]);
     return out;
+  }
+  function wlDict(w) {
+    var wl = {};
+    ["model", "batch", "seq", "optimizer", "precision", "checkpointing", "attention", "dropout", "lora_rank", "zero",
+      "gpus", "accum", "offload", "foreach", "inference", "lora_targets", "qlora"].forEach(function (f) { wl[f] = w[f]; });
+    return wl;
   }
   function recommendation(s, p, usable, hw) {
     var c = s.c, w = c.w, techniques = [];
@@ -236,47 +312,62 @@
     });
     var perGpu = w.batch * w.accum, nxt = null;
     if (2 * w.batch <= perGpu && perGpu % (2 * w.batch) === 0) {
-      var big = score({ w: withFields(w, { batch: 2 * w.batch, accum: perGpu / (2 * w.batch) }), qlora: c.qlora }, p, usable, hw);
+      var big = score({ w: withFields(w, { batch: 2 * w.batch, accum: perGpu / (2 * w.batch) }) }, p, usable, hw);
       nxt = { batch: 2 * w.batch, accum: perGpu / (2 * w.batch), need_bytes: big.need, fits_estimate: big.fits };
     }
-    var head = headCorrection(c, p), breakdown = {};
+    var breakdown = {};
     for (var k in s.e.breakdown) breakdown[k] = s.e.breakdown[k];
-    breakdown.parameters += head;
-    var wl = {};
-    ["model", "batch", "seq", "optimizer", "precision", "checkpointing", "attention", "dropout", "lora_rank", "zero",
-      "gpus", "accum", "offload", "foreach", "inference"].forEach(function (f) { wl[f] = w[f]; });
-    return { method: method(c), qlora: c.qlora, workload: wl, summary: summary(c),
-      estimate_bytes: s.e.total_bytes + head, need_bytes: s.need, breakdown: breakdown, peak_phase: s.e.peak_phase,
+    return { method: method(c), qlora: w.qlora, workload: wlDict(w), summary: summary(c, p),
+      lora_targets: w.lora_rank ? targetsZh(w, p) : null,
+      estimate_bytes: s.e.total_bytes, need_bytes: s.need, breakdown: breakdown, peak_phase: s.e.peak_phase,
       trainable_params: s.e.trainable_params, cost: s.cost, techniques: techniques, next_micro_batch: nxt,
       verified: { status: "skipped", reason: "浏览器里不运行模拟设备：用命令行 vramlab plan 在模拟设备上验证" } };
   }
 
+  function findCard(text) {
+    function key(s) { return String(s).replace(/[\s_\-]+/g, "").toUpperCase(); }
+    var names = {};
+    Object.keys(P.cards).forEach(function (n) { names[key(n)] = n; });
+    Object.keys(P.card_aliases).forEach(function (a) { names[key(a)] = P.card_aliases[a]; });
+    var n = names[key(text)];
+    return n ? P.cards[n] : null;
+  }
+  function cardHardware(c) {
+    return { name: c.label, bf16_tflops: c.tflops16, fp32_tflops: c.tflops32, hbm_gbps: c.hbm_gbps,
+      pcie_gbps: P.pcie[c.pcie], link_gbps: P.pcie[c.pcie] };
+  }
+
   function makePlan(p, name, opts) {
-    var o = { card: opts.card, gpus: opts.gpus || 1, global_batch: opts.global_batch || 16, lora_rank: opts.lora_rank || 16,
-      top: opts.top || 3, methods: opts.methods || P.methods };
+    var card = opts.card, cardInfo = (typeof card === "object") ? card : null;
+    var o = { gpus: opts.gpus || 1, global_batch: opts.global_batch || 16, lora_rank: opts.lora_rank || 16,
+      top: opts.top || 3, methods: opts.methods || P.methods, lora_targets: opts.lora_targets || "default" };
+    o.card = cardInfo ? cardInfo.memory_gib * GiB : card;
+    o.bf16 = cardInfo ? cardInfo.bf16 : true;
     o.seq = opts.seq || Math.min(2048, p.positions);
     if (o.seq > p.positions) throw new E.WorkloadError("模型最多支持 " + p.positions + " 个位置，--seq " + o.seq + " 太长");
     if (!(o.gpus >= 1 && o.global_batch >= 1 && o.global_batch % o.gpus === 0))
       throw new E.WorkloadError("--global-batch（" + o.global_batch + "）必须是 --gpus（" + o.gpus + "）的正整数倍");
-    var hw = P.hardware, usable = o.card - P.context_bytes;
+    var hw = cardInfo ? cardHardware(cardInfo) : P.hardware, usable = o.card - P.context_bytes;
     if (usable <= 0) throw new E.WorkloadError("显存小于 CUDA 上下文的预留");
     var r = search(name, p, o, usable, hw), recs = [];
     for (var i = 0; i < r.ranked.length && recs.length < o.top; i++) {
-      var rec = recommendation(r.ranked[i], p, usable, hw);
+      var rec = recommendation(r.ranked[i][0], p, usable, hw);
       rec.rank = recs.length + 1;
       recs.push(rec);
     }
-    return { model: { name: name, family: p.family, params: p.params }, card_bytes: o.card, context_bytes: P.context_bytes,
-      usable_bytes: usable, allocator_overhead: P.allocator_overhead, gpus: o.gpus, seq: o.seq,
-      global_batch: o.global_batch, lora_rank: o.lora_rank, searched: r.scored.length,
-      fitting: r.scored.filter(function (s) { return s.fits; }).length, recommendations: recs };
+    return { model: { name: name, family: p.family, params: p.params }, card: cardInfo, card_bytes: o.card,
+      context_bytes: P.context_bytes, usable_bytes: usable, allocator_overhead: P.allocator_overhead, bf16: o.bf16,
+      gpus: o.gpus, seq: o.seq, global_batch: o.global_batch, lora_rank: o.lora_rank, lora_targets: o.lora_targets,
+      hardware: hw, searched: r.scored.length, fitting: r.scored.filter(function (s) { return s.fits; }).length,
+      recommendations: recs, skipped: r.leftOut };
   }
 
   function parseBytes(text) {     // vramlab.units.parse_bytes
     var units = { "": 1, b: 1, k: 1e3, kb: 1e3, kib: 1024, m: 1e6, mb: 1e6, mib: MiB, g: 1e9, gb: 1e9, gib: GiB,
       t: 1e12, tb: 1e12, tib: Math.pow(1024, 4) };
     var m = /^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$/.exec(String(text));
-    if (!m || !(m[2].toLowerCase() in units)) throw new E.WorkloadError("无法识别的显存大小：'" + text + "'（示例：'24GiB'、'80GB'）");
+    if (!m || !(m[2].toLowerCase() in units))
+      throw new E.WorkloadError("不认识的显卡 '" + text + "'：请给型号（" + Object.keys(P.cards).join("、") + "）或显存大小，例如 24GiB");
     var v = parseFloat(m[1]) * units[m[2].toLowerCase()];
     if (!(v > 0)) throw new E.WorkloadError("显存预算必须大于 0，收到 '" + text + "'");
     return Math.trunc(v);
@@ -298,7 +389,10 @@
     for (var i = 0; i < u.length; i++) if (Math.abs(n) >= u[i][1]) return (n / u[i][1]).toFixed(2) + " " + u[i][0];
     return Math.trunc(n) + " B";
   }
-  function fmtS(x) { return x < 10 ? Math.round(x * 1000).toLocaleString("en-US") + " ms" : x.toFixed(1) + " s"; }
+  function fmtS(x) {      // plan._s
+    return x < 10 ? Math.round(x * 1000).toLocaleString("en-US") + " ms"
+      : x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }) + " s";
+  }
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
     for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
@@ -354,15 +448,21 @@
     Object.keys(P.samples).forEach(function (k) { sample.appendChild(el("option", { value: k }, k)); });
     var text = el("textarea", { name: "config", rows: "8", spellcheck: "false", placeholder: "把 config.json 的内容粘贴到这里" });
     sample.addEventListener("change", function () { if (sample.value) text.value = JSON.stringify(P.samples[sample.value], null, 2); });
-    var card = el("input", { name: "card", type: "text", value: "24GiB" });
+    var card = el("input", { name: "card", type: "text", value: "24GiB", list: "vramlab-plan-cards",
+      title: "显卡型号（" + Object.keys(P.cards).join("、") + "）或每卡显存，例如 24GiB" });
+    var cardList = el("datalist", { id: "vramlab-plan-cards" });
+    Object.keys(P.cards).forEach(function (k) { cardList.appendChild(el("option", { value: k }, P.cards[k].label)); });
     var gpus = el("input", { name: "gpus", type: "number", min: "1", value: "1" });
     var seq = el("input", { name: "seq", type: "number", min: "1", placeholder: "默认 min(2048, 最大位置数)" });
     var gb = el("input", { name: "global_batch", type: "number", min: "1", value: "16" });
     var rank = el("input", { name: "lora_rank", type: "number", min: "1", value: "16" });
+    var targets = el("select", { name: "lora_targets" });
+    Object.keys(P.targets_zh).forEach(function (k) { targets.appendChild(el("option", { value: k }, P.targets_zh[k])); });
     var meth = el("select", { name: "method" });
     [["any", "都看"], ["full", "全参数微调"], ["lora", "LoRA"], ["qlora", "QLoRA"]].forEach(function (m) { meth.appendChild(el("option", { value: m[0] }, m[1])); });
     [field("示例配置", sample), field("config.json", text), field("每卡显存", card), field("卡数", gpus), field("序列长度", seq),
-     field("全局批（序列数）", gb), field("LoRA 秩", rank), field("方法", meth)].forEach(function (f) { form.appendChild(f); });
+     field("全局批（序列数）", gb), field("LoRA 秩", rank), field("LoRA 目标模块", targets), field("方法", meth)].forEach(function (f) { form.appendChild(f); });
+    form.appendChild(cardList);
     var go = el("button", { type: "submit", name: "go" }, "规划");
     form.appendChild(go);
     var out = el("div", { "class": "vramlab-plan__out", "aria-live": "polite" });
@@ -371,9 +471,11 @@
       out.removeAttribute("data-plan");
       try {
         var label = (sample.value && JSON.stringify(P.samples[sample.value], null, 2) === text.value) ? sample.value : "pasted";
-        var plan = planFromText(text.value, label, { card: parseBytes(card.value), gpus: parseInt(gpus.value, 10) || 1,
+        var plan = planFromText(text.value, label, { card: findCard(card.value) || parseBytes(card.value),
+          gpus: parseInt(gpus.value, 10) || 1,
           seq: seq.value ? parseInt(seq.value, 10) : null, global_batch: parseInt(gb.value, 10) || 16,
-          lora_rank: parseInt(rank.value, 10) || 16, methods: meth.value === "any" ? null : [meth.value] });
+          lora_rank: parseInt(rank.value, 10) || 16, methods: meth.value === "any" ? null : [meth.value],
+          lora_targets: targets.value });
         out.removeAttribute("data-error");
         render(out, plan);
       } catch (err) {

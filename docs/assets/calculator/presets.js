@@ -250,6 +250,11 @@ window.VRAMLAB_CALC = {
   "offload": [
    "none",
    "activations"
+  ],
+  "lora_targets": [
+   "default",
+   "qkvo",
+   "all-linear"
   ]
  },
  "keys": [
@@ -277,9 +282,13 @@ window.VRAMLAB_CALC = {
   "cuda_overhead": "CUDA 开销（cuBLAS 工作区）"
  },
  "phase_zh": {
+  "block_forward": "最后一层前向",
   "forward_end": "前向末尾",
   "backward_start": "反向开始",
+  "head_backward": "输出层反向",
+  "block_backward": "最后一层反向",
   "backward_end": "反向末尾",
+  "embedding_backward": "词嵌入反向",
   "optimizer_step": "优化器 step",
   "prefill": "前向（prefill）"
  },
@@ -306,6 +315,8 @@ window.VRAMLAB_CALC = {
    "v"
   ]
  },
+ "bnb_blocksize": 256,
+ "bnb_min_8bit_size": 4096,
  "cards_gb": [
   24,
   40,
@@ -331,11 +342,164 @@ window.VRAMLAB_CALC = {
    "bf16",
    "fp32"
   ],
+  "precisions_no_bf16": [
+   "fp16-mixed",
+   "fp16",
+   "fp32"
+  ],
   "methods": [
    "full",
    "lora",
    "qlora"
   ],
+  "eight_bit_min_share": 0.05,
+  "targets_zh": {
+   "default": "peft 默认目标",
+   "qkvo": "注意力的 q/k/v/o 投影",
+   "all-linear": "全部线性层（输出层除外）"
+  },
+  "default_target_names": {
+   "gpt2": "c_attn",
+   "bert": "query、value",
+   "llama": "q_proj、v_proj",
+   "mixtral": "q_proj、v_proj"
+  },
+  "cards": {
+   "T4": {
+    "name": "T4",
+    "label": "NVIDIA T4 16 GB",
+    "memory_gib": 16,
+    "bf16": false,
+    "tflops16": 65.0,
+    "tflops32": 8.1,
+    "hbm_gbps": 320,
+    "pcie": 3,
+    "source": "NVIDIA T4 Tensor Core GPU 数据手册：FP16 混合精度 65 TFLOPS、FP32 8.1 TFLOPS、GDDR6 320 GB/s；Turing 没有 BF16"
+   },
+   "V100-16GB": {
+    "name": "V100-16GB",
+    "label": "NVIDIA V100 SXM2 16 GB",
+    "memory_gib": 16,
+    "bf16": false,
+    "tflops16": 125.0,
+    "tflops32": 15.7,
+    "hbm_gbps": 900,
+    "pcie": 3,
+    "source": "NVIDIA Tesla V100 数据手册（SXM2）：Tensor 125 TFLOPS、FP32 15.7 TFLOPS、HBM2 900 GB/s；Volta 没有 BF16"
+   },
+   "V100-32GB": {
+    "name": "V100-32GB",
+    "label": "NVIDIA V100 SXM2 32 GB",
+    "memory_gib": 32,
+    "bf16": false,
+    "tflops16": 125.0,
+    "tflops32": 15.7,
+    "hbm_gbps": 900,
+    "pcie": 3,
+    "source": "NVIDIA Tesla V100 数据手册（SXM2）：Tensor 125 TFLOPS、FP32 15.7 TFLOPS、HBM2 900 GB/s；Volta 没有 BF16"
+   },
+   "A10": {
+    "name": "A10",
+    "label": "NVIDIA A10 24 GB",
+    "memory_gib": 24,
+    "bf16": true,
+    "tflops16": 125.0,
+    "tflops32": 31.2,
+    "hbm_gbps": 600,
+    "pcie": 4,
+    "source": "NVIDIA A10 数据手册：BF16 Tensor 125 TFLOPS（稀疏 250）、FP32 31.2 TFLOPS、GDDR6 600 GB/s"
+   },
+   "RTX3090": {
+    "name": "RTX3090",
+    "label": "GeForce RTX 3090 24 GB",
+    "memory_gib": 24,
+    "bf16": true,
+    "tflops16": 71.0,
+    "tflops32": 35.6,
+    "hbm_gbps": 936,
+    "pcie": 4,
+    "source": "NVIDIA Ampere GA102 白皮书附录 A：BF16 Tensor（FP32 累加）71 TFLOPS、FP32 35.6 TFLOPS、936 GB/s"
+   },
+   "RTX4090": {
+    "name": "RTX4090",
+    "label": "GeForce RTX 4090 24 GB",
+    "memory_gib": 24,
+    "bf16": true,
+    "tflops16": 165.2,
+    "tflops32": 82.6,
+    "hbm_gbps": 1008,
+    "pcie": 4,
+    "source": "NVIDIA Ada GPU 架构白皮书附录 A：BF16 Tensor（FP32 累加）165.2 TFLOPS、FP32 82.6 TFLOPS、1008 GB/s"
+   },
+   "L4": {
+    "name": "L4",
+    "label": "NVIDIA L4 24 GB",
+    "memory_gib": 24,
+    "bf16": true,
+    "tflops16": 121.0,
+    "tflops32": 30.3,
+    "hbm_gbps": 300,
+    "pcie": 4,
+    "source": "NVIDIA L4 数据手册：BF16 Tensor 121 TFLOPS（稀疏 242）、FP32 30.3 TFLOPS、GDDR6 300 GB/s"
+   },
+   "A100-40GB": {
+    "name": "A100-40GB",
+    "label": "NVIDIA A100 SXM 40 GB",
+    "memory_gib": 40,
+    "bf16": true,
+    "tflops16": 312.0,
+    "tflops32": 19.5,
+    "hbm_gbps": 1555,
+    "pcie": 4,
+    "source": "NVIDIA A100 数据手册：BF16 Tensor 312 TFLOPS、FP32 19.5 TFLOPS、HBM2 1555 GB/s"
+   },
+   "A100-80GB": {
+    "name": "A100-80GB",
+    "label": "NVIDIA A100 SXM 80 GB",
+    "memory_gib": 80,
+    "bf16": true,
+    "tflops16": 312.0,
+    "tflops32": 19.5,
+    "hbm_gbps": 2039,
+    "pcie": 4,
+    "source": "NVIDIA A100 数据手册：BF16 Tensor 312 TFLOPS、FP32 19.5 TFLOPS、HBM2e 2039 GB/s"
+   },
+   "H100": {
+    "name": "H100",
+    "label": "NVIDIA H100 SXM 80 GB",
+    "memory_gib": 80,
+    "bf16": true,
+    "tflops16": 989.4,
+    "tflops32": 66.9,
+    "hbm_gbps": 3350,
+    "pcie": 5,
+    "source": "NVIDIA H100 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3 3.35 TB/s"
+   },
+   "H200": {
+    "name": "H200",
+    "label": "NVIDIA H200 SXM 141 GB",
+    "memory_gib": 141,
+    "bf16": true,
+    "tflops16": 989.4,
+    "tflops32": 66.9,
+    "hbm_gbps": 4800,
+    "pcie": 5,
+    "source": "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s"
+   }
+  },
+  "card_aliases": {
+   "V100": "V100-16GB",
+   "A100": "A100-40GB",
+   "3090": "RTX3090",
+   "4090": "RTX4090",
+   "H100-80GB": "H100",
+   "H200-141GB": "H200"
+  },
+  "pcie": {
+   "3": 15.75,
+   "4": 31.5,
+   "5": 63.0
+  },
   "method_zh": {
    "full": "全参数微调",
    "lora": "LoRA",
@@ -344,7 +508,9 @@ window.VRAMLAB_CALC = {
   "precision_zh": {
    "fp32": "FP32",
    "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）",
-   "bf16": "纯 BF16 权重"
+   "bf16": "纯 BF16 权重",
+   "fp16-mixed": "FP16 混合精度（FP32 权重 + autocast + 损失缩放）",
+   "fp16": "纯 FP16 权重（冻结的基座）"
   },
   "optimizer_zh": {
    "adamw": "AdamW",

@@ -319,11 +319,14 @@ class _Op:
     """One backward node: its output, the inputs that get a gradient, what it saved (brought back
     to the device one node at a time under save_on_cpu) and the temporaries its backward adds.
     `alias`: the gradient passes through unchanged to inputs of the output's dtype (an add)."""
-    __slots__ = ("out", "ins", "unpack", "temp", "alias", "saved", "attn")
+    __slots__ = ("out", "ins", "unpack", "temp", "alias", "saved", "attn", "grad", "early", "wcopy")
 
-    def __init__(self, out, ins, unpack=0, temp=0, alias=False, saved=(), attn=False):
+    def __init__(self, out, ins, unpack=0, temp=0, alias=False, saved=(), attn=False, grad=0, early=0, wcopy=0):
         self.out, self.ins, self.unpack, self.temp, self.alias, self.saved = out, ins, unpack, temp, alias, saved
         self.attn = attn     # inside the attention module (what selective checkpointing recomputes)
+        self.grad = grad     # a weight gradient this node leaves behind (.grad, without accumulation)
+        self.early = early   # of its saved tensors, those a composite node frees before its own peak
+        self.wcopy = wcopy   # the 16-bit weight copy its matmul saved under autocast (freed once it ran)
 
 
 class _Forward:
@@ -373,6 +376,9 @@ class _Forward:
         self.cb = DTYPE_BYTES[w.compute_dtype_name]
         self.drop = w.dropout > 0
         self.accum = w.accum > 1
+        # a weight gradient's bytes as it stays on the device (ZeRO + mixed: 16-bit; ZeRO-2/3: sharded)
+        self.gb = 2 if (w.zero and w.mixed) else self.pb
+        self.shards = w.gpus if w.zero >= 2 else 1
         self.saved: dict[int, int] = {}
         self.names: list[tuple[str, int]] = []
         self.tape: list[_Op] = []
@@ -383,6 +389,8 @@ class _Forward:
         self.mute = False
         self.in_attn = False
         self.fwd_peak = 0           # saved so far + the op's output and forward temporaries, at most
+        self.fwd_peak_rc = 0        # the same with the weight copies saved so far (a recomputation)
+        self.wheld = 0
         self.linger = 0             # tensors a layer keeps in a local until it returns
         self._ids = ids
 
@@ -405,11 +413,16 @@ class _Forward:
             self._pending.append(s.id)
         return x.n * x.b
 
-    def op(self, out: _T, ins, unpack: int = 0, temp: int = 0, alias: bool = False, fwd: int = 0) -> _T:
-        self.fwd_peak = max(self.fwd_peak, self.total() + out.n * out.b + fwd + self.linger)
+    def op(self, out: _T, ins, unpack: int = 0, temp: int = 0, alias: bool = False, fwd: int = 0,
+           grad: int = 0, early: int = 0, wcopy: int = 0) -> _T:
+        now = self.total() + out.n * out.b + fwd + self.linger
+        self.fwd_peak = max(self.fwd_peak, now)
+        self.wheld += wcopy                  # a recomputation also re-creates the 16-bit weight copies
+        self.fwd_peak_rc = max(self.fwd_peak_rc, now + self.wheld)
         saved, self._pending = tuple(self._pending), []
         if out.rg:
-            self.tape.append(_Op(out, [x for x in ins if x.rg], unpack, temp, alias, saved, self.in_attn))
+            self.tape.append(_Op(out, [x for x in ins if x.rg], unpack, temp, alias, saved, self.in_attn, grad, early,
+                                 wcopy))
         return out
 
     def total(self) -> int:
@@ -438,19 +451,23 @@ class _Forward:
         else:
             xc = self.cast(x, 2) if self.mixed else x
             wb = 2 if self.mixed else self.pb
-            unpack = 0
+            unpack = wcopy = 0
             if self.train:
                 unpack += self.save(xc, f"{name} input")
                 if self.mixed and not self.mute:
                     self.cached += i * o * 2
             elif self.mixed and x.rg and not self.mute:
                 self.casts += i * o * 2
+            if self.mixed and (x.rg or self.train) and not self.w.zero:
+                wcopy = i * o * 2
             if x.rg:
                 unpack += i * o * wb                    # the weight (or its 16-bit copy), saved for dx
-            temp = 0
-            if self.train:     # the weight gradient: 16-bit then fp32 under autocast; transient with accumulation
-                temp = i * o * (2 if self.mixed else 0) + (i * o * (4 if self.mixed else self.pb) if self.accum else 0)
-            y = self.op(self.t(self.tok * o, 2 if self.mixed else x.b, x.rg or self.train), [xc], unpack, temp)
+            temp = grad = 0
+            if self.train:     # the weight gradient: 16-bit then fp32 under autocast; added in place with accumulation
+                temp = i * o * (2 if self.mixed else 0) + (i * o * self.gb if self.accum else 0)
+                grad = 0 if self.accum else i * o * self.gb // self.shards
+            y = self.op(self.t(self.tok * o, 2 if self.mixed else x.b, x.rg or self.train), [xc], unpack, temp,
+                        grad=grad, wcopy=wcopy)
         if name in self.targets:
             r = self.w.lora_rank
             if self.mixed:      # peft casts x to the fp32 adapter, autocast casts it back for lora_A
@@ -458,8 +475,10 @@ class _Forward:
             else:
                 xa = self.cast(x, 4)
             ab = 2 if self.mixed else 4
-            a = self.op(self.t(self.tok * r, ab, True), [xa], self.save(xa, f"{name} lora_A input") + r * i * ab)
-            lo = self.op(self.t(self.tok * o, ab, True), [a], self.save(a, f"{name} lora_A output") + r * o * ab)
+            a = self.op(self.t(self.tok * r, ab, True), [xa], self.save(xa, f"{name} lora_A input") + r * i * ab,
+                        grad=0 if self.accum else r * i * 4)
+            lo = self.op(self.t(self.tok * o, ab, True), [a], self.save(a, f"{name} lora_A output") + r * o * ab,
+                         grad=0 if self.accum else r * o * 4)
             if self.mixed and not self.mute:
                 self.cached += r * (i + o) * 2
             # lora_B(...) * scaling, and the sum before peft casts it back to the base's dtype
@@ -514,8 +533,10 @@ class _Forward:
         self.save(self.t(u.n, tb, True), "gelu: 1+tanh")
         self.save(self.t(u.n, u.b, True), "gelu: 0.5·x")
         # backward: a chain of elementwise nodes; at pow's node (its x brought back under
-        # save_on_cpu) about three f-sized gradients of tanh's dtype and one of x's are alive
-        return self.op(self.t(u.n, max(u.b, tb), True), [u], x32.n * x32.b, temp=3 * u.n * tb + u.n * u.b)
+        # save_on_cpu) about three f-sized gradients of tanh's dtype and one of x's are alive, and
+        # tanh, 1 + tanh and 0.5·x are already freed
+        return self.op(self.t(u.n, max(u.b, tb), True), [u], x32.n * x32.b, temp=3 * u.n * tb + u.n * u.b,
+                       early=u.n * (2 * tb + u.b))
 
     def gelu(self, u: _T) -> _T:
         s = self.save(u, "gelu input") if u.rg else 0
@@ -691,6 +712,10 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
     if recompute == "selective":
         attn = {sid for op in tape if op.attn for sid in op.saved}
         later = {sid: remaining.pop(sid) for sid in list(remaining) if sid in attn}
+    # 16-bit weight copies the matmuls saved (autocast): on the device until their node ran
+    for i, op in enumerate(tape):
+        if op.wcopy and resident(op):
+            (later if (recompute == "selective" and op.attn) else remaining)[("w", i)] = op.wcopy
     refs: dict[int, int] = {}
     for op in tape:
         for sid in op.saved:
@@ -698,7 +723,8 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
     live = {grad_out.id: grad_out.n * grad_out.b}
     held = sum(remaining.values())
     peak = held + live[grad_out.id]
-    for op in reversed(tape):
+    for idx in range(len(tape) - 1, -1, -1):
+        op = tape[idx]
         g = live.get(op.out.id)
         if g is None:
             continue
@@ -711,8 +737,9 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
         for x in op.ins:
             if x not in aliases:
                 new[x.id] = new.get(x.id, 0) + x.n * x.b
+        held += op.grad
         peak = max(peak, held + sum(live.values()) + sum(new.values()) + op.temp
-                   + (0 if resident(op) else op.unpack))
+                   + (-op.early if resident(op) else op.unpack))
         del live[op.out.id]
         keeper = min((x.id for x in aliases), default=None)
         for x in aliases:
@@ -724,6 +751,7 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
             refs[sid] -= 1
             if refs[sid] == 0 and sid in remaining:
                 held -= remaining.pop(sid)
+        held -= remaining.pop(("w", idx), 0)
     return peak
 
 
@@ -741,12 +769,14 @@ def _forward(w: Workload, p: Preset, fused_gelu: bool = False, recompute: str | 
     f3 = _Forward(w, p, fused_gelu, f2._ids, sim)
     logits = f3.head(y)
     out = {"block_input": x_in.n * x_in.b, "logits_bytes_per_elem": logits.b,
-           "first_fwd": f1.fwd_peak, "rest_fwd": f2.fwd_peak, "out_bytes": y.n * y.b}
+           "first_fwd": f1.fwd_peak, "rest_fwd": f2.fwd_peak, "first_fwd_rc": f1.fwd_peak_rc,
+           "rest_fwd_rc": f2.fwd_peak_rc, "out_bytes": y.n * y.b}
     offload = w.offload == "activations"
     for part, fw in (("emb", f), ("first", f1), ("rest", f2), ("head", f3)):
         out[part], out[part + "_casts"], out[part + "_kept"], out[part + "_cached"] = \
             fw.total(), fw.casts, fw.kept, fw.cached
     # the backward of one block with everything it saves (a checkpointed block is recomputed)
+    out["first_grads"] = sum(op.grad for op in f1.tape)
     rc = recompute or w.checkpointing
     out["first_ws"] = _backward_peak(f1.tape, x, f1.saved, offload, rc)
     out["rest_ws"] = _backward_peak(f2.tape, y, f2.saved, offload, rc)
@@ -942,24 +972,22 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     # the last block's own share of `act` (under save_on_cpu nothing is on the device)
     if ckpt == "full":
         own_rest = 0 if off else fw["block_input"]
-        copies_rest, copies_first = full["rest_casts"] + full["rest_cached"], full["first_casts"] + full["first_cached"]
     else:
         own_rest = 0 if off else fw["rest"] + fw["rest_kept"]
-        copies_rest = copies_first = 0
     ws_rest, ws_first = full["rest_ws"], full["first_ws"]
     if ckpt == "full":      # the recomputation's forward, with the block's output gradient waiting
-        ws_rest = max(ws_rest, full["rest_fwd"] + fw["out_bytes"])
-        ws_first = max(ws_first, full["first_fwd"] + fw["out_bytes"])
+        ws_rest = max(ws_rest, full["rest_fwd_rc"] + fw["out_bytes"])
+        ws_first = max(ws_first, full["first_fwd_rc"] + fw["out_bytes"])
     ws_rest += (fw["rest_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
     ws_first += (fw["first_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
     # the last block's forward: the blocks before it saved, and it running (not checkpointed)
     fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else 0)
-    block_grads = block_params(p) * g_bytes if (not lora and w.accum == 1) else 0
     # at the end only the embeddings' saved tensors are left besides block 0's
     emb_saved = 0 if off else fw["emb"]
-    block_casts = 0 if (off or ckpt == "full") else fw["first_casts"] + fw["first_cached"]
-    # the LM head's saved weight copy is freed once its node ran
+    # the LM head's saved weight copy is freed once its node ran; the last block's copies are part
+    # of its backward walk (freed node by node)
     head_copies = 0 if off else fw["head_casts"] + (fw["head_cached"] if not w.zero else 0)
+    rest_copies = 0 if (off or ckpt == "full") else fw["rest_casts"] + (fw["rest_cached"] if not (w.zero or lora) else 0)
 
     # --- optimizer temporaries, ZeRO-3 gathers, QLoRA dequantisation ---------------------------
     temp_opt = _optimizer_temp_bytes(w, p, shapes, s_bytes) // (n_dev if w.zero else 1)
@@ -987,12 +1015,12 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
                               optimizer_state=state, activations=act,
                               logits_and_loss=w.batch * w.seq * (p.vocab * fw["logits_bytes_per_elem"] + 8) + head_unpack,
                               temporaries=zero3_gather, cuda_overhead=ws),
-        "block_backward": dict(parameters=weights + cached_bwd + casts - head_copies + copies_rest,
-                               gradients=grads_now + head_grad_now + block_grads, optimizer_state=state,
+        "block_backward": dict(parameters=weights + cached_bwd + casts - head_copies - rest_copies,
+                               gradients=grads_now + head_grad_now, optimizer_state=state,
                                activations=act - own_rest, logits_and_loss=0,
                                temporaries=zero3_gather + ws_rest, cuda_overhead=ws),
-        "backward_end": dict(parameters=weights + block_casts + copies_first,
-                             gradients=grads - (0 if tied or w.accum > 1 else emb_grad),
+        "backward_end": dict(parameters=weights,
+                             gradients=grads - full["first_grads"] - (0 if tied or w.accum > 1 else emb_grad),
                              optimizer_state=state, activations=emb_saved, logits_and_loss=0,
                              temporaries=zero3_gather + ws_first, cuda_overhead=ws),
         "optimizer_step": dict(parameters=weights, gradients=grads, optimizer_state=state, activations=0,

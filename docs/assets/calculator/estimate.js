@@ -189,9 +189,10 @@
     this.pb = (w.precision === "fp32" || w.mixed || w.qlora) ? 4 : 2;
     this.cb = D.dtype_bytes[w.compute_dtype_name];
     this.drop = w.dropout > 0; this.accum = w.accum > 1;
+    this.gb = (w.zero && w.mixed) ? 2 : this.pb; this.shards = w.zero >= 2 ? w.gpus : 1;
     this.saved = {}; this.savedOrder = []; this.names = []; this.tape = []; this.pending = [];
     this.casts = 0; this.kept = 0; this.cached = 0; this.mute = false; this.inAttn = false;
-    this.fwdPeak = 0; this.linger = 0; this.ids = ids || 0;
+    this.fwdPeak = 0; this.fwdPeakRc = 0; this.wheld = 0; this.linger = 0; this.ids = ids || 0;
   }
   Fwd.prototype.t = function (n, b, rg) { this.ids += 1; return new T(n, b, rg, this.ids); };
   Fwd.prototype.view = function (x, n) { this.ids += 1; return new T(n, x.b, x.rg, this.ids, x.base || x); };
@@ -204,12 +205,17 @@
     return x.n * x.b;
   };
   Fwd.prototype.total = function () { var t = 0, s = this.saved; this.savedOrder.forEach(function (id) { t += s[id]; }); return t; };
-  Fwd.prototype.op = function (out, ins, unpack, temp, alias, fwd) {
-    this.fwdPeak = Math.max(this.fwdPeak, this.total() + out.n * out.b + (fwd || 0) + this.linger);
+  // extra: {fwd, grad, early, wcopy} (the keyword arguments of _Forward.op)
+  Fwd.prototype.op = function (out, ins, unpack, temp, alias, extra) {
+    var x = extra || {};
+    var now = this.total() + out.n * out.b + (x.fwd || 0) + this.linger;
+    this.fwdPeak = Math.max(this.fwdPeak, now);
+    this.wheld += x.wcopy || 0;
+    this.fwdPeakRc = Math.max(this.fwdPeakRc, now + this.wheld);
     var saved = this.pending; this.pending = [];
     if (out.rg)
-      this.tape.push({ out: out, ins: ins.filter(function (x) { return x.rg; }), unpack: unpack || 0, temp: temp || 0,
-        alias: !!alias, saved: saved, attn: this.inAttn });
+      this.tape.push({ out: out, ins: ins.filter(function (t) { return t.rg; }), unpack: unpack || 0, temp: temp || 0,
+        alias: !!alias, saved: saved, attn: this.inAttn, grad: x.grad || 0, early: x.early || 0, wcopy: x.wcopy || 0 });
     return out;
   };
   Fwd.prototype.cast = function (x, b) { return x.b === b ? x : this.op(this.t(x.n, b, x.rg), [x]); };
@@ -222,28 +228,36 @@
     var io = this.shape(name), i = io[0], o = io[1], y;
     if (this.nf4 && name !== "head") {
       var casts = this.cb !== x.b ? this.tok * (i + o) * this.cb : 0;
-      y = this.op(this.t(this.tok * o, x.b, x.rg), [x], nf4Bytes(i * o), i * o * this.cb + casts, false, i * o * this.cb + casts);
+      y = this.op(this.t(this.tok * o, x.b, x.rg), [x], nf4Bytes(i * o), i * o * this.cb + casts, false,
+        { fwd: i * o * this.cb + casts });
     } else {
-      var xc = this.mixed ? this.cast(x, 2) : x, wb = this.mixed ? 2 : this.pb, unpack = 0;
+      var xc = this.mixed ? this.cast(x, 2) : x, wb = this.mixed ? 2 : this.pb, unpack = 0, wcopy = 0;
       if (this.train) {
         unpack += this.save(xc, name + " input");
         if (this.mixed && !this.mute) this.cached += i * o * 2;
       } else if (this.mixed && x.rg && !this.mute) this.casts += i * o * 2;
+      if (this.mixed && (x.rg || this.train) && !this.w.zero) wcopy = i * o * 2;
       if (x.rg) unpack += i * o * wb;
-      var temp = 0;
-      if (this.train) temp = i * o * (this.mixed ? 2 : 0) + (this.accum ? i * o * (this.mixed ? 4 : this.pb) : 0);
-      y = this.op(this.t(this.tok * o, this.mixed ? 2 : x.b, x.rg || this.train), [xc], unpack, temp);
+      var temp = 0, grad = 0;
+      if (this.train) {
+        temp = i * o * (this.mixed ? 2 : 0) + (this.accum ? i * o * this.gb : 0);
+        grad = this.accum ? 0 : floorDiv(i * o * this.gb, this.shards);
+      }
+      y = this.op(this.t(this.tok * o, this.mixed ? 2 : x.b, x.rg || this.train), [xc], unpack, temp, false,
+        { grad: grad, wcopy: wcopy });
     }
     if (this.targets.indexOf(name) >= 0) {
       var r = this.w.lora_rank, xa;
       if (this.mixed) xa = this.op(this.t(x.n, 2, x.rg), [this.cast(x, 4)]);
       else xa = this.cast(x, 4);
       var ab = this.mixed ? 2 : 4;
-      var a = this.op(this.t(this.tok * r, ab, true), [xa], this.save(xa, name + " lora_A input") + r * i * ab);
-      var lo = this.op(this.t(this.tok * o, ab, true), [a], this.save(a, name + " lora_A output") + r * o * ab);
+      var a = this.op(this.t(this.tok * r, ab, true), [xa], this.save(xa, name + " lora_A input") + r * i * ab, 0, false,
+        { grad: this.accum ? 0 : r * i * 4 });
+      var lo = this.op(this.t(this.tok * o, ab, true), [a], this.save(a, name + " lora_A output") + r * o * ab, 0, false,
+        { grad: this.accum ? 0 : r * o * 4 });
       if (this.mixed && !this.mute) this.cached += r * (i + o) * 2;
       y = this.op(this.t(y.n, y.b, true), [y, this.cast(lo, y.b)], 0, 0, true,
-        this.tok * o * (ab + ((ab === 4 && y.b === 2) ? 4 : 0)));
+        { fwd: this.tok * o * (ab + ((ab === 4 && y.b === 2) ? 4 : 0)) });
     }
     return y;
   };
@@ -278,7 +292,8 @@
     this.save(this.t(u.n, tb, true), "gelu: tanh");
     this.save(this.t(u.n, tb, true), "gelu: 1+tanh");
     this.save(this.t(u.n, u.b, true), "gelu: 0.5·x");
-    return this.op(this.t(u.n, Math.max(u.b, tb), true), [u], x32.n * x32.b, 3 * u.n * tb + u.n * u.b);
+    return this.op(this.t(u.n, Math.max(u.b, tb), true), [u], x32.n * x32.b, 3 * u.n * tb + u.n * u.b, false,
+      { early: u.n * (2 * tb + u.b) });
   };
   Fwd.prototype.gelu = function (u) {
     var s = u.rg ? this.save(u, "gelu input") : 0;
@@ -420,6 +435,13 @@
         return true;
       });
     }
+    tape.forEach(function (op, idx) {
+      if (op.wcopy && resident(op)) {
+        var key = "w" + idx;
+        if (recompute === "selective" && op.attn) { later[key] = op.wcopy; laterOrder.push(key); }
+        else { remaining[key] = op.wcopy; remOrder.push(key); }
+      }
+    });
     var refs = {};
     tape.forEach(function (op) { op.saved.forEach(function (sid) { refs[sid] = (refs[sid] || 0) + 1; }); });
     var live = {}, liveOrder = [];
@@ -444,7 +466,9 @@
         if (!(x.id in newSize)) { newSize[x.id] = 0; newIds.push(x.id); }
         newSize[x.id] += x.n * x.b;
       });
-      var mem = held + liveSum() + sum(newIds.map(function (id) { return newSize[id]; })) + op.temp + (resident(op) ? 0 : op.unpack);
+      held += op.grad;
+      var mem = held + liveSum() + sum(newIds.map(function (id) { return newSize[id]; })) + op.temp +
+        (resident(op) ? -op.early : op.unpack);
       peak = Math.max(peak, mem);
       delete live[op.out.id];
       var keeper = null;
@@ -456,6 +480,7 @@
         refs[sid] -= 1;
         if (refs[sid] === 0 && (sid in remaining)) { held -= remaining[sid]; delete remaining[sid]; }
       }
+      if (("w" + i) in remaining) { held -= remaining["w" + i]; delete remaining["w" + i]; }
     }
     return peak;
   }
@@ -471,11 +496,12 @@
     var f3 = new Fwd(w, p, f2.ids, sim);
     var logits = f3.head(y);
     var out = { block_input: xIn.n * xIn.b, logits_bytes_per_elem: logits.b, first_fwd: f1.fwdPeak, rest_fwd: f2.fwdPeak,
-      out_bytes: y.n * y.b };
+      first_fwd_rc: f1.fwdPeakRc, rest_fwd_rc: f2.fwdPeakRc, out_bytes: y.n * y.b };
     [["emb", f], ["first", f1], ["rest", f2], ["head", f3]].forEach(function (pf) {
       out[pf[0]] = pf[1].total(); out[pf[0] + "_casts"] = pf[1].casts; out[pf[0] + "_kept"] = pf[1].kept;
       out[pf[0] + "_cached"] = pf[1].cached;
     });
+    out.first_grads = sum(f1.tape.map(function (op) { return op.grad; }));
     var rc = recompute || w.checkpointing, off = w.offload === "activations";
     out.first_ws = backwardPeak(f1.tape, x, f1.saved, f1.savedOrder, off, rc);
     out.rest_ws = backwardPeak(f2.tape, y, f2.saved, f2.savedOrder, off, rc);
@@ -571,26 +597,18 @@
 
     var ckpt = w.checkpointing, off = w.offload === "activations";
     var full = ckpt === "none" ? fw : forward(withChanges(w, { checkpointing: "none" }), p, ckpt, false);
-    var ownRest, copiesRest, copiesFirst;
-    if (ckpt === "full") {
-      ownRest = off ? 0 : fw.block_input;
-      copiesRest = full.rest_casts + full.rest_cached; copiesFirst = full.first_casts + full.first_cached;
-    } else {
-      ownRest = off ? 0 : fw.rest + fw.rest_kept;
-      copiesRest = 0; copiesFirst = 0;
-    }
+    var ownRest = ckpt === "full" ? (off ? 0 : fw.block_input) : (off ? 0 : fw.rest + fw.rest_kept);
     var wsRest = full.rest_ws, wsFirst = full.first_ws;
     if (ckpt === "full") {
-      wsRest = Math.max(wsRest, full.rest_fwd + fw.out_bytes);
-      wsFirst = Math.max(wsFirst, full.first_fwd + fw.out_bytes);
+      wsRest = Math.max(wsRest, full.rest_fwd_rc + fw.out_bytes);
+      wsFirst = Math.max(wsFirst, full.first_fwd_rc + fw.out_bytes);
     }
     wsRest += (ckpt !== "none" ? fw.rest_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
     wsFirst += (ckpt !== "none" ? fw.first_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
     var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : 0);
-    var blockGrads = (!lora && w.accum === 1) ? blockParams(p) * gBytes : 0;
     var embSaved = off ? 0 : fw.emb;
-    var blockCasts = (off || ckpt === "full") ? 0 : fw.first_casts + fw.first_cached;
     var headCopies = off ? 0 : fw.head_casts + (!w.zero ? fw.head_cached : 0);
+    var restCopies = (off || ckpt === "full") ? 0 : fw.rest_casts + (!(w.zero || lora) ? fw.rest_cached : 0);
 
     var tempOpt = floorDiv(optimizerTempBytes(w, shapes, sBytes), w.zero ? nDev : 1);
     var gather = w.zero === 3 ? 2 * blockParams(p) * wBytes : 0;
@@ -604,9 +622,9 @@
       backward_start: row(weights + cachedBwd + casts, gradsNow, state, act, lg.backward_start, gather, ws),
       head_backward: row(weights + cachedBwd + casts, gradsNow + headGradNow, state, act,
         w.batch * w.seq * (p.vocab * fw.logits_bytes_per_elem + 8) + headUnpack, gather, ws),
-      block_backward: row(weights + cachedBwd + casts - headCopies + copiesRest, gradsNow + headGradNow + blockGrads,
+      block_backward: row(weights + cachedBwd + casts - headCopies - restCopies, gradsNow + headGradNow,
         state, act - ownRest, 0, gather + wsRest, ws),
-      backward_end: row(weights + blockCasts + copiesFirst, grads - ((tied || w.accum > 1) ? 0 : embGrad), state,
+      backward_end: row(weights, grads - full.first_grads - ((tied || w.accum > 1) ? 0 : embGrad), state,
         embSaved, 0, gather + wsFirst, ws),
       optimizer_step: row(weights, grads, state, 0, 0, tempOpt, ws)
     };

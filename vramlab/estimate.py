@@ -693,7 +693,7 @@ class _Forward:
 
 
 def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload: bool,
-                   recompute: str = "none") -> int:
+                   recompute: str = "none", sim: bool = False) -> int:
     """Walk `tape` backwards from the gradient of `grad_out`: the most memory the block's saved
     tensors still waiting for their node plus the gradients in flight (and a node's temporaries
     and, under save_on_cpu, its saved tensors brought back) take at any node. A node's saved
@@ -740,6 +740,10 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
         held += op.grad
         peak = max(peak, held + sum(live.values()) + sum(new.values()) + op.temp
                    + (-op.early if resident(op) else op.unpack))
+        if sim:     # SIM_DEVICE_NOTES: two gradients of one tensor are summed into a third
+            summed = sum(size for xid, size in new.items() if xid in live)
+            if summed:
+                peak = max(peak, held + sum(live.values()) + sum(new.values()) + summed)
         del live[op.out.id]
         keeper = min((x.id for x in aliases), default=None)
         for x in aliases:
@@ -778,8 +782,8 @@ def _forward(w: Workload, p: Preset, fused_gelu: bool = False, recompute: str | 
     # the backward of one block with everything it saves (a checkpointed block is recomputed)
     out["first_grads"] = sum(op.grad for op in f1.tape)
     rc = recompute or w.checkpointing
-    out["first_ws"] = _backward_peak(f1.tape, x, f1.saved, offload, rc)
-    out["rest_ws"] = _backward_peak(f2.tape, y, f2.saved, offload, rc)
+    out["first_ws"] = _backward_peak(f1.tape, x, f1.saved, offload, rc, sim)
+    out["rest_ws"] = _backward_peak(f2.tape, y, f2.saved, offload, rc, sim)
     return out
 
 
@@ -881,7 +885,8 @@ def _mib(x: float) -> str:
 #   plain tensor: `can_accumulate_inplace` (torch/csrc/autograd/input_buffer.cpp) asks
 #   `isTensorSubclassLike`, which is true whenever a dispatch mode is active
 #   (aten/src/ATen/TensorSubclassLikeUtils.h). Under the simulated device's mode every sum is out
-#   of place: a tied embedding's two V·h gradients meet in a third tensor.
+#   of place: a tied embedding's two V·h gradients meet in a third tensor, and so do the gradients
+#   of a tensor two layers read (q/k/v's input, a LoRA layer's input: base and adapter).
 # * CUDA's softmax(x, dtype=float32) on a 16-bit x runs one half_to_float kernel whose backward
 #   returns 16 bits; the CPU casts x to fp32 first, so its backward makes an fp32 gradient of the
 #   scores and then casts it (eager attention).

@@ -297,9 +297,10 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - cols)
 
 
-def report(rows: list[dict], out=sys.stdout) -> None:
+def report(rows: list[dict], out=None) -> None:
     import torch
 
+    out = out or sys.stdout
     ok = [r for r in rows if r["status"] == "ok"]
     within = sum(abs(r["error_rel"]) <= TOLERANCE for r in ok)
     print(f"估算 vs 模拟设备（FakeTensorMode，torch {torch.__version__}）：{len(rows)} 种组合，"

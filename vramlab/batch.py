@@ -619,6 +619,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
+    parser.add_argument("--no-cgroup", action="store_true",
+                        help="不能创建内存 cgroup 时也评分（只用进程的常驻内存对照：藏在内存文件、管道里的内存查不出来）")
     with stop_on_signals():
         try:
             return _main(parser, parser.parse_args(argv))
@@ -657,6 +659,11 @@ def _main(parser, args) -> int:
 
     if not args.no_sandbox and policy.bwrap_path() is None:
         return fail(policy.NO_SANDBOX_REFUSAL, EXIT_GRADER)
+    from .grader import cgroup
+    if args.no_cgroup:
+        os.environ["VRAMLAB_CGROUP"] = "optional"          # the graders this batch starts inherit it
+    elif not args.no_sandbox and cgroup.available() is None:
+        return fail(cgroup.NO_CGROUP_REFUSAL, EXIT_GRADER)
     try:
         sandbox.require_backend(_resolve_backend(args.backend))       # once, before any worker starts
         sandbox.sweep_stale()               # folders of gradings whose process was killed

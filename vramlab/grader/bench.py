@@ -103,6 +103,71 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
     return rows
 
 
+def noise(ids: list[str] | None, repeat: int, alternatives: str | None, backend: str = "sim", scale: str = "ci",
+          as_json: bool = False, record: bool = False) -> list[dict]:
+    """How much memory honest code uses beyond what it reports, against the tolerance (issue 28).
+
+    Grades each chosen exercise's reference solution and, with `alternatives` (a folder such as
+    tests/alternatives, one sub-folder per exercise), every file there whose first line is
+    `# expect: pass`, `repeat` times each, and prints the distribution of the out-of-process reading's
+    excess over the starter's (observed_excess_bytes) next to the allowance it is judged against.
+    Run it on a loaded machine too (`--load N`, or other work running): the tolerance must hold there."""
+    from ..exercises import EXERCISES
+    from . import observer
+    from .core import grade_source
+
+    rows = []
+    for spec in EXERCISES.values():
+        if ids and spec.id not in ids:
+            continue
+        sources = [("solution", spec.solution)]
+        folder = Path(alternatives) / spec.id if alternatives else None
+        if folder is not None and folder.is_dir():
+            for path in sorted(folder.glob("*.py")):
+                text = path.read_text(encoding="utf-8")
+                if text.splitlines()[0].strip() == "# expect: pass":
+                    sources.append((path.stem, text))
+        for name, source in sources:
+            excesses, allowed, accounting = [], None, None
+            for _ in range(repeat):
+                r = grade_source(spec.id, source, backend=backend, scale=scale)
+                if r.get("observed_excess_bytes") is not None:
+                    excesses.append(r["observed_excess_bytes"])
+                    base = r.get("baseline_peak_bytes") or 0
+                    allowed = max(observer.TOLERANCE_BYTES, int(observer.TOLERANCE_FRACTION * base))
+                accounting = r.get("memory_accounting") or accounting
+            if not excesses:
+                continue
+            row = {"exercise": spec.id, "code": name, "runs": len(excesses), "accounting": accounting,
+                   "min_bytes": min(excesses), "median_bytes": int(statistics.median(excesses)),
+                   "max_bytes": max(excesses), "allowed_bytes": allowed,
+                   "max_share_of_allowed": round(max(excesses) / allowed, 3) if allowed else None}
+            rows.append(row)
+            if not as_json:
+                mib = 2 ** 20
+                print(f"{row['exercise']:<22} {name:<34} {row['runs']} 次（{accounting}）：进程外多用 "
+                      f"最小 {row['min_bytes'] / mib:+6.1f} / 中位 {row['median_bytes'] / mib:+6.1f} / "
+                      f"最大 {row['max_bytes'] / mib:+6.1f} MiB，允许 {allowed / mib:.1f} MiB"
+                      f"（最大占允许的 {row['max_share_of_allowed']:.0%}）", flush=True)
+    if rows and not as_json:
+        worst = max(rows, key=lambda r: r["max_share_of_allowed"] or 0)
+        print(f"诚实提交的最大进程外多用占允许误差的 {worst['max_share_of_allowed']:.0%}（{worst['exercise']} {worst['code']}）")
+    if as_json:
+        print(json.dumps({"noise": rows}, ensure_ascii=False))
+    if record and rows:
+        from .. import perf
+        worst = max(rows, key=lambda r: r["max_share_of_allowed"] or 0)
+        perf.record("grade-noise", f"vramlab grade-bench --noise {repeat}" + (f" --alternatives {alternatives}" if alternatives else "")
+                    + (f" --only {','.join(ids)}" if ids else ""),
+                    {"练习": len({r["exercise"] for r in rows}), "写法": len(rows), "每种评次数": repeat,
+                     "记账": "/".join(sorted({str(r["accounting"]) for r in rows})),
+                     "最大多用 MiB": round(max(r["max_bytes"] for r in rows) / 2 ** 20, 1),
+                     "中位数的中位 MiB": round(statistics.median(r["median_bytes"] for r in rows) / 2 ** 20, 1),
+                     "最大占容差": worst["max_share_of_allowed"]},
+                    note=f"最紧的是 {worst['exercise']} {worst['code']}")
+    return rows
+
+
 @contextlib.contextmanager
 def busy_load(n: int):
     """`n` busy-loop processes for as long as the block runs: other work on the machine (a

@@ -137,6 +137,10 @@ def cmd_grade_bench(args):
     from .bench import default_load, run, select
 
     only = select(_exercise_ids(args.only) if args.only is not None else None, chapters=args.chapters)
+    if args.noise:
+        from .bench import noise
+        noise(only, args.noise, args.alternatives, scale=args.scale, as_json=args.json, record=args.record)
+        return 0
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
         only=only, sandbox="off" if args.no_sandbox else "auto",
         compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only,
@@ -193,6 +197,12 @@ def add_commands(sub):
     b.add_argument("--class-only", action="store_true", help="只测全班吞吐，不逐题测单次评分")
     b.add_argument("--load", type=int, nargs="?", const=-1, default=0, metavar="N",
                    help="每题再在 N 个忙循环进程同时运行时评一次，和空闲时的耗时一起打印（不写 N：除一个核以外全占满）")
+    b.add_argument("--noise", type=_positive_int, default=0, metavar="N",
+                   help="改为测诚实提交的进程外读数噪声：参考答案（和 --alternatives 里标着 pass 的写法）各评 N 次，"
+                        "打印“进程外多用”的分布和允许误差")
+    b.add_argument("--alternatives", metavar="DIR", help="与 --noise 一起用：其他正确写法所在的文件夹，例如 tests/alternatives")
+    b.add_argument("--record", action="store_true",
+                   help="把这次的结果追加到 vramlab/data/perf/history.jsonl（网站的「性能与测量记录」页由它生成）")
     b.set_defaults(func=cmd_grade_bench)
 
 

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 
-from . import baselines, observer, policy
+from . import baselines, cgroup, confine, observer, policy
 from . import feedback
 from .sandbox import ChildRun, GraderProblem, run_job
 from .kinds import get_kind
@@ -103,6 +103,10 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     if not use_sandbox:
         result["warnings"] = [policy.IN_KERNEL_SANDBOX_NOTE if os.environ.get("VRAMLAB_IN_KERNEL_SANDBOX")
                               else policy.NO_SANDBOX_WARNING]
+    elif cgroup.available() is None:          # no kernel accounting: not an official grade
+        if sandbox == "require" and not cgroup.optional():
+            raise GraderError(cgroup.NO_CGROUP_REFUSAL)
+        result["warnings"] = [cgroup.NO_CGROUP_WARNING]
     try:
         check_source(source, spec.function, parameters(spec.signature))
     except SubmissionError as e:
@@ -178,6 +182,9 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
     base, sub = runs["baseline"], runs["submission"]
     result["baseline_cached"] = cached is not None
     result["cpu_seconds"] = sub.cpu_seconds        # the learner's run only: grade-bench's load-free cost
+    result["memory_accounting"] = ("cgroup" if observer.kernel_accounted(sub.observations)
+                                   and observer.kernel_accounted(base.observations) else
+                                   "rss" if any(o.hwm is not None for o in sub.observations) else None)
     bp = base.payload
     result["baseline_peak_bytes"] = bp.get("peak_bytes")
     result["baseline_step_seconds"] = bp.get("step_seconds")
@@ -243,6 +250,8 @@ def _child_failed(result: dict, sub: ChildRun, timeout: float, base: ChildRun) -
     sp = sub.payload
     if sp is None or (observer.AVAILABLE and not any(o.hwm is not None for o in sub.observations)):
         rc = sub.returncode
+        if rc == -signal.SIGSYS:           # confine.py's seccomp filter: a process, an exec or an IPC object
+            return _fail(result, "forbidden", confine.REASON_ZH)
         why = {-signal.SIGXCPU: "CPU 时间超限", -signal.SIGXFSZ: "输出或写入的文件过大",
                -signal.SIGKILL: "被强制终止（可能内存不足）", -signal.SIGSEGV: "段错误"}.get(rc, f"退出码 {rc}")
         tail = sub.stderr_tail.strip().splitlines()[-3:]
@@ -274,6 +283,8 @@ def _child_failed(result: dict, sub: ChildRun, timeout: float, base: ChildRun) -
         cat = {"exit": "exit", "oom": "oom", "missing_function": "invalid_submission",
                "incorrect": "incorrect", "tamper": "tamper"}.get(kind, "exception")
         message = str(err.get("message", ""))
+        if "failed to map segment from shared object" in message:     # a native module in a noexec folder
+            return _fail(result, "forbidden", "评分时不允许加载提交里带来的本机代码（.so）：评分目录挂载为 noexec")
         if cat == "incorrect":      # the harness's own words, not an exception's repr
             message = message.split(": ", 1)[-1] if message.startswith("WrongAnswer: ") else message
         return _fail(result, cat, message)

@@ -209,7 +209,9 @@ def main(argv) -> None:
     guards.install_audit_hook(state, violate)
 
     # ---- the parent observes this process from outside, then lets the learner's code in ----------
-    _send(status, "ready", pid=os.getpid(), allocated=int(allocated()))
+    from . import confine                 # the kernel's rules from here on: no process, no exec, no IPC object
+    confined = confine.seccomp_deny_new_processes()
+    _send(status, "ready", pid=os.getpid(), allocated=int(allocated()), seccomp=confined)
     _wait_for(ctl_fd, b"go")
     payload["stage"] = "load"
     with open(job["source_file"], encoding="utf-8") as f:

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import observer, policy, slots
+from . import cgroup, observer, policy, slots
 from ..units import MiB, fmt_bytes
 
 OUTPUT_LIMIT = 64 * MiB
@@ -219,6 +219,7 @@ def _sweep_once() -> None:
     if not _swept:
         _swept = True
         sweep_stale()
+        cgroup.sweep_stale()
 
 
 @dataclass
@@ -374,13 +375,18 @@ def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int)
         for fd in child_fds:
             os.close(fd)
     obs = [observer.RankObservation() for _ in range(world)]
-    sampler = observer.nvml_sampler(job.get("backend") == "cuda")
-    protocol_error, timed_out = _converse(slot.proc, pipes, obs, timeout_s)
-    if sampler is not None:
-        peaks = sampler.stop()
-        for o in obs:
-            o.nvml_peak = peaks.get(o.host_pid)
-    statuses, reusable = slot.finish()
+    groups = _rank_groups(world, memory_limit) if slot.inside == policy.SUBMISSION_DIR else None
+    try:
+        sampler = observer.nvml_sampler(job.get("backend") == "cuda")
+        protocol_error, timed_out = _converse(slot.proc, pipes, obs, timeout_s, groups)
+        if sampler is not None:
+            peaks = sampler.stop()
+            for o in obs:
+                o.nvml_peak = peaks.get(o.host_pid)
+        statuses, reusable = slot.finish()
+    finally:
+        reusable_groups = _remove_groups(groups)
+    reusable = reusable and reusable_groups
     _close_parent_ends(pipes)
     stderr_tail = _tail(err_path)
     for path in (out_path, err_path):
@@ -399,7 +405,7 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
     world = int(job.get("world_size", 1))
     outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
     mark_owner(outer)
-    proc, pipes, child_fds = None, [], []
+    proc, pipes, child_fds, groups = None, [], [], None
 
     def kill() -> None:
         if proc is not None and proc.returncode is None:      # not reaped: the pid is still its own
@@ -425,8 +431,10 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
             command = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.launch", f"{inside}/job.json",
                        *[f"{ctl[0]},{st[1]}" for ctl, st in pipes]]
             gpu = job.get("backend") == "cuda"
-            argv = policy.bwrap_argv(work, command, gpu=gpu) if use_sandbox else command
+            argv = policy.bwrap_argv(work, command, gpu=gpu, confine=True) if use_sandbox else command
             env = policy.sandbox_env(gpu=gpu)
+            if use_sandbox:
+                env["VRAMLAB_CONFINE"] = "1"
             if not use_sandbox:
                 env.update(HOME=str(work), TMPDIR=str(work), XDG_CACHE_HOME=str(work / ".cache"),
                            TORCHINDUCTOR_CACHE_DIR=str(work / ".inductor"))
@@ -439,8 +447,9 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
                 os.close(fd)
             child_fds = []
             obs = [observer.RankObservation() for _ in range(world)]
+            groups = _rank_groups(world, memory_limit) if use_sandbox else None
             sampler = observer.nvml_sampler(gpu)
-            protocol_error, timed_out = _converse(proc, pipes, obs, timeout_s)
+            protocol_error, timed_out = _converse(proc, pipes, obs, timeout_s, groups)
             if sampler is not None:
                 peaks = sampler.stop()
                 for o in obs:
@@ -455,6 +464,7 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
             return run
         finally:        # every path, an exception or a stop signal included: no process, no folder left
             kill()
+            _remove_groups(groups)
             if proc is not None:
                 try:
                     proc.wait(timeout=10)
@@ -467,8 +477,30 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
                 shutil.rmtree(outer, onerror=_unlock_and_retry)
 
 
-def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:
-    """The ready/go/done exchange with every rank; returns (protocol error, timed out)."""
+def _rank_groups(world: int, memory_limit: int) -> list | None:
+    """A memory cgroup per rank where this machine lets the grader make them (cgroup.py)."""
+    hierarchy = cgroup.available()
+    if hierarchy is None:
+        return None
+    groups = []
+    try:
+        for _ in range(world):
+            groups.append(cgroup.RankGroup(hierarchy, memory_limit))
+    except OSError:
+        _remove_groups(groups)
+        return None
+    return groups
+
+
+def _remove_groups(groups) -> bool:
+    """Empty (kill what is left) and remove the ranks' groups; False if one would not go."""
+    return all([g.remove() for g in groups or []])
+
+
+def _converse(proc, pipes, obs, timeout_s: float, groups=None) -> tuple[str | None, bool]:
+    """The ready/go/done exchange with every rank; returns (protocol error, timed out). `groups`:
+    each rank's memory cgroup (cgroup.py), or None where there are none."""
+    groups = groups or [None] * len(pipes)
     sel = selectors.DefaultSelector()
     buffers, phase = {}, {}
     for rank, (ctl, st) in enumerate(pipes):
@@ -498,7 +530,8 @@ def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:
                 buffers[rank] += chunk
                 while b"\n" in buffers[rank]:
                     line, buffers[rank] = buffers[rank].split(b"\n", 1)
-                    error = _on_message(rank, line, phase, obs[rank], proc.pid, pipes[rank][0][1], known)
+                    error = _on_message(rank, line, phase, obs[rank], proc.pid, pipes[rank][0][1], known,
+                                        groups[rank])
                     if error:
                         return error, False
                     if phase[rank] == "done" and any(p != "done" for p in phase.values()):
@@ -510,20 +543,21 @@ def _converse(proc, pipes, obs, timeout_s: float) -> tuple[str | None, bool]:
     return None, False
 
 
-def _on_message(rank, line: bytes, phase, obs, root: int, ctl_w: int, known: set) -> str | None:
+def _on_message(rank, line: bytes, phase, obs, root: int, ctl_w: int, known: set, group=None) -> str | None:
     try:
         msg = json.loads(line)
         event = msg["event"]
     except (ValueError, KeyError, TypeError):
         return None if phase[rank] != "setup" else "评分进程发来了无法识别的消息"
     if event == "ready" and phase[rank] == "setup":        # trusted: no learner code has run yet
-        if not observer.at_ready(obs, root, int(msg["pid"]), int(msg["allocated"])):
+        obs.seccomp = msg.get("seccomp") is True
+        if not observer.at_ready(obs, root, int(msg["pid"]), int(msg["allocated"]), group):
             return "评分器读不到评分进程的内存记录"
         known.update(observer.descendants(root))
         phase[rank] = "run"
         os.write(ctl_w, b"go")
     elif event == "done" and phase[rank] == "run":
-        if not observer.at_done(obs, root, known):
+        if not observer.at_done(obs, root, known, group):
             return "评分进程在评分器读取它的内存记录之前就结束了"
         try:
             if obs.host_pid is not None:

@@ -296,3 +296,131 @@ def test_invalid_workload_for_config_preset():
     p = H.load_config(SAMPLES["bert-base-uncased"])
     with pytest.raises(WorkloadError, match="512"):
         E.estimate(Workload(model=p.name, seq=1024))
+
+
+# --- cards, precisions, LoRA targets, 8-bit AdamW, back-off (issue 30) ------------------------------
+
+def test_card_table_knows_bf16_and_its_sources():
+    assert {"T4", "V100-16GB", "V100-32GB", "A10", "RTX3090", "RTX4090", "L4", "A100-40GB", "A100-80GB", "H100",
+            "H200"} <= set(P.CARDS)
+    for c in P.CARDS.values():
+        assert c.source and CJK.search(c.source) and c.tflops16 > c.tflops32 > 0 and c.hbm_gbps > 0
+        assert c.bf16 == (c.name not in ("T4", "V100-16GB", "V100-32GB")), c.name
+    assert P.find_card("t4") is P.CARDS["T4"] and P.find_card("A100 80GB") is P.CARDS["A100-80GB"]
+    assert P.find_card("rtx 4090") is P.CARDS["RTX4090"] and P.find_card("24GiB") is None
+
+
+def test_cards_without_bf16_get_fp16_with_loss_scaling():
+    p = H.load_config(SAMPLES["llama-3.1-8b"])
+    plan = P.make_plan(p, P.CARDS["T4"], verify=False)
+    assert plan["bf16"] is False and plan["card_bytes"] == 16 * 2**30
+    assert plan["recommendations"]
+    for r in plan["recommendations"]:
+        assert not r["workload"]["precision"].startswith("bf16"), r["summary"]
+        if r["workload"]["precision"] == "fp16-mixed":
+            assert any("GradScaler" in x for x in r["warnings"])
+    assert any("没有 BF16" in n for n in plan["notes"])
+    # full fine-tuning never offers pure FP16 weights
+    cands = P.candidates(p, 2048, 16, 1, bf16=False)
+    assert not any(c.workload.precision == "fp16" and not c.workload.lora_rank for c in cands)
+
+
+def test_step_time_scales_with_the_card():
+    p = H.load_config(SAMPLES["llama-3.1-8b"])
+    c = P.Candidate(Workload(model=p.name, batch=1, seq=2048, precision="bf16-mixed", lora_rank=16))
+    t4, h100 = (P.step_cost(c, p, P.CARDS[n].hardware()) for n in ("T4", "H100"))
+    assert t4["compute"] / h100["compute"] == pytest.approx(989.4 / 65.0)
+    plan = P.make_plan(p, P.CARDS["H100"], verify=False, top=1)
+    assert plan["hardware"]["bf16_tflops"] == 989.4 and plan["hardware"]["pcie_gbps"] == 63.0
+
+
+def test_lora_targets_are_stated_and_chosen():
+    p = H.load_config(SAMPLES["llama-3.1-8b"])
+    default = P.make_plan(p, 24 * 2**30, seq=4096, verify=False, methods=("lora",), top=1)["recommendations"][0]
+    assert "q_proj、v_proj（peft 默认）" in default["summary"] and default["lora_targets"]
+    every = P.make_plan(p, 24 * 2**30, seq=4096, verify=False, methods=("lora",), top=1,
+                        lora_targets="all-linear")["recommendations"][0]
+    assert "全部线性层" in every["summary"] and "--lora-targets all-linear" in every["command"]
+    assert every["trainable_params"] == E.lora_params(p, 16, "all-linear") > 5 * E.lora_params(p, 16)
+    with pytest.raises(WorkloadError):
+        P.make_plan(p, 24 * 2**30, verify=False, lora_targets="everything")
+
+
+def test_moe_qlora_is_named_as_skipped():
+    p = H.load_config(SAMPLES["mixtral-8x7b-v0.1"])
+    plan = P.make_plan(p, 80 * 2**30, verify=False, methods=("qlora",))
+    assert not plan["recommendations"]
+    assert [s["summary"] for s in plan["skipped"]] == ["QLoRA（MoE 模型）"]
+    assert "nn.Linear" in plan["skipped"][0]["reason"]
+
+
+def test_8bit_adamw_only_where_it_saves_a_meaningful_share():
+    p = H.load_config(SAMPLES["llama-3.1-8b"])
+    plan = P.make_plan(p, 24 * 2**30, seq=4096, verify=False, top=5)
+    for r in plan["recommendations"]:
+        assert not (r["workload"]["optimizer"] == "adamw8bit" and r["workload"]["lora_rank"]), r["summary"]
+    assert any("8-bit AdamW" in s["summary"] and "不到 5%" in s["reason"] for s in plan["skipped"])
+    # full fine-tuning of a 1.5B model on 16 GiB: m and v are a large share, 8-bit AdamW stays
+    q = H.load_config_dict(dict(
+        model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_hidden_layers=28,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True,
+        hidden_act="silu"), "qwen-1.5b")
+    _, ranked, _ = P.search(q, 16 * 2**30, methods=("full",))
+    eight = [r[0] for r in ranked if r[0].workload.optimizer == "adamw8bit"]
+    assert eight, "8-bit AdamW is kept where it saves more than 5% of the peak"
+    for s in eight:
+        base = E.estimate(replace(s.workload, optimizer="adamw")).total_bytes
+        assert base - s.estimate.total_bytes >= P.EIGHT_BIT_MIN_SHARE * base
+
+
+def test_plan_backs_off_the_micro_batch_then_the_recipe(tmp_path, monkeypatch):
+    """The simulated device says no to every micro-batch above 1 and to all full fine-tuning: the plan
+    takes micro-batch 1 of the LoRA recipes, gives up the full fine-tuning ones, and names both."""
+    p = H.load_config(small_llama(tmp_path))
+    calls = []
+
+    def fake_sim(w, budget, steps=1, qlora=False):
+        calls.append((w.optimizer, w.batch))
+        if w.batch > 1 or not w.lora_rank:
+            return {"status": "oom", "message": "CUDA out of memory（模拟）", "seconds": 0.0}
+        return {"status": "fits", "peak_bytes": 1, "reserved_bytes": 1, "breakdown": {}, "seconds": 0.0}
+
+    monkeypatch.setattr(P, "run_on_sim", fake_sim)
+    plan = P.make_plan(p, (700 + 400) * 2**20, seq=512, global_batch=8, top=3)
+    recs = plan["recommendations"]
+    assert recs and all(r["workload"]["batch"] == 1 and r["verified"]["status"] == "fits" for r in recs)
+    assert all(r["workload"]["lora_rank"] for r in recs)
+    oom = [s for s in plan["skipped"] if "模拟设备上 OOM" in s["reason"]]
+    assert oom and any("改试更小的微批次" in s["reason"] for s in oom)
+    assert any("没有更小的微批次" in s["reason"] for s in oom)
+    for r in recs:
+        n = r["next_micro_batch"]
+        assert n is None or n["sim"]["status"] == "oom"
+
+
+def test_plan_takes_the_next_micro_batch_when_it_fits_on_the_simulated_device(tmp_path, monkeypatch):
+    p = H.load_config(small_llama(tmp_path))
+
+    def roomy_sim(w, budget, steps=1, qlora=False):
+        if w.batch > 4:
+            return {"status": "oom", "message": "CUDA out of memory（模拟）", "seconds": 0.0}
+        return {"status": "fits", "peak_bytes": 1, "reserved_bytes": 1, "breakdown": {}, "seconds": 0.0}
+
+    monkeypatch.setattr(P, "run_on_sim", roomy_sim)
+    plan = P.make_plan(p, (700 + 100) * 2**20, seq=512, global_batch=16, top=1, methods=("lora",))
+    r = plan["recommendations"][0]
+    assert r["workload"]["batch"] == 4 and r["next_micro_batch"]["sim"]["status"] == "oom"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem, gib", [("llama-3.1-8b", 16), ("qwen2.5-7b", 24), ("gpt2-medium", 16),
+                                       ("bert-base-uncased", 24), ("mistral-7b-v0.1", 48), ("llama-3.1-8b", 80)])
+def test_picks_fit_and_the_next_micro_batch_does_not(stem, gib):
+    """The planner's claims checked on the simulated device (a deterministic sample; the whole
+    sweep, every sample config x 16/24/48/80 GiB, is `vramlab plan --bench --sweep`)."""
+    plan = P.make_plan(H.load_config(SAMPLES[stem]), gib * 2**30, top=2)
+    rows = P.check_plan(plan)
+    assert rows, (stem, gib)
+    for row in rows:
+        assert row["ok"], (stem, gib, row)
+        assert row["pick_status"] != "fits" or row["pick_fits"]

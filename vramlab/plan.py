@@ -305,6 +305,10 @@ def precisions_for(bf16: bool, method: str) -> tuple[str, ...]:
     return ("fp16-mixed", "fp32") if method == "full" else PRECISIONS_NO_BF16
 
 
+MOE_QLORA_REASON = ("专家权重是 3 维参数而不是 nn.Linear：bitsandbytes 不会把它们量化成 4 位，"
+                    "prepare_model_for_kbit_training 还会把它们升为 FP32，所以 vramlab 不估算也不推荐 MoE 的 QLoRA")
+
+
 def candidates(p: Preset, seq: int, global_batch: int, gpus: int, lora_rank: int = 16, methods=METHODS,
                precisions=None, bf16: bool = True, lora_targets: str = "default") -> list[Candidate]:
     """Every workload of the search, 8-bit AdamW included (see `search` for its threshold)."""
@@ -375,6 +379,8 @@ def search(p: Preset, card: int, gpus: int = 1, seq: int = 2048, global_batch: i
         raise WorkloadError(f"显存 {fmt_bytes(card)} 小于 CUDA 上下文的预留（{fmt_bytes(context)}）")
     overhead = allocator_overhead()
     scored, left_out = [], []
+    if "qlora" in methods and p.family == "mixtral":
+        left_out.append({"workload": None, "summary": "QLoRA（MoE 模型）", "reason": MOE_QLORA_REASON})
     for c in candidates(p, seq, global_batch, gpus, lora_rank, methods, precisions, bf16, lora_targets):
         try:
             scored.append(score(c, p, usable, hw, overhead))
@@ -587,6 +593,16 @@ def make_plan(p: Preset, card: int | Card, gpus: int = 1, seq: int | None = None
             rec = None
         if rec is None:
             continue
+        # the estimate (times the allocator's typical overhead) errs on the safe side; where the
+        # next micro-batch fits on the simulated device after all, the plan takes it
+        while (rec["verified"]["status"] == "fits" and rec["next_micro_batch"]
+               and rec["next_micro_batch"].get("sim", {}).get("status") == "fits"):
+            n = rec["next_micro_batch"]
+            bigger = score(Candidate(replace(Workload.from_dict(rec["workload"]), batch=n["batch"], accum=n["accum"])),
+                           p, usable, hw, overhead)
+            rec = _recommendation(bigger, p, usable, hw, overhead, verify, config_path, progress, tried)
+            rec["note"] = (f"估算（乘以分配器开销）说微批次 {n['batch']} 装不下，模拟设备上装得下，所以取它"
+                           if not bigger.fits else None)
         rec["rank"] = len(recs) + 1
         recs.append(rec)
     fitting = sum(s.fits for s in scored)
@@ -746,6 +762,8 @@ def print_plan(plan: dict, out=sys.stdout, skipped_shown: int = 8) -> None:
                 tail = f"；模拟设备上装得下（已保留 {fmt_bytes(sim['reserved_bytes'])}）"
             pr(f"    下一档微批次 {n['batch']}：估计需 {fmt_bytes(n['need_bytes'])}，"
                f"{'装得下' if n['fits_estimate'] else '装不下'}{tail}")
+        if r.get("note"):
+            pr(f"    说明：{r['note']}")
         for warning in r["warnings"]:
             pr(f"    注意：{warning}")
         pr(f"    复现：{r['command']}")

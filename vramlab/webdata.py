@@ -86,7 +86,7 @@ def plan_data() -> dict:
         "hardware": asdict(P.Hardware()), "context_bytes": P.CONTEXT_BYTES,
         "allocator_overhead": P.allocator_overhead(), "pareto_step": P.PARETO_STEP, "nf4_bytes": P.NF4_BYTES,
         "precisions": list(P.PRECISIONS), "precisions_no_bf16": list(P.PRECISIONS_NO_BF16), "methods": list(P.METHODS),
-        "eight_bit_min_share": P.EIGHT_BIT_MIN_SHARE, "targets_zh": P.TARGETS_ZH,
+        "eight_bit_min_share": P.EIGHT_BIT_MIN_SHARE, "moe_qlora_reason": P.MOE_QLORA_REASON, "targets_zh": P.TARGETS_ZH,
         "default_target_names": P.DEFAULT_TARGET_NAMES,
         "cards": {k: asdict(c) for k, c in P.CARDS.items()}, "card_aliases": P._CARD_ALIASES,
         "pcie": {str(k): v for k, v in P._PCIE.items()},

@@ -193,6 +193,8 @@
 
   function search(name, p, o, usable, hw) {
     var scored = [], leftOut = [];
+    if (o.methods.indexOf("qlora") >= 0 && p.family === "mixtral")
+      leftOut.push({ workload: null, summary: "QLoRA（MoE 模型）", reason: P.moe_qlora_reason });
     candidates(name, p, o).forEach(function (c) {
       try { scored.push(score(c, p, usable, hw)); }
       catch (err) { if (!(err instanceof E.WorkloadError)) throw err; }
@@ -415,7 +417,6 @@
       "；序列 " + plan.seq + "，全局批 " + plan.global_batch + "。搜索了 " + plan.searched + " 种组合，估算装得下的 " + plan.fitting + " 种。"));
     if (!plan.recommendations.length) {
       out.appendChild(el("p", { "class": "vramlab-plan__none" }, "没有装得下的组合：试试更短的序列、更小的全局批，或更多的卡。"));
-      return;
     }
     plan.recommendations.forEach(function (r) {
       var box = el("div", { "class": "vramlab-plan__rec", "data-rank": String(r.rank) });
@@ -438,6 +439,13 @@
         : "微批次已是每卡批大小的上限（不需要梯度累积），没有更大的一档。"));
       out.appendChild(box);
     });
+    if (plan.skipped.length) {
+      var shown = plan.skipped.slice(0, 8);
+      out.appendChild(el("p", {}, "跳过的方案（" + plan.skipped.length + " 个，列出前 " + shown.length + " 个）："));
+      var sk = el("ul", { "class": "vramlab-plan__skipped" });
+      shown.forEach(function (x) { sk.appendChild(el("li", {}, x.summary + "：" + x.reason)); });
+      out.appendChild(sk);
+    }
     out.appendChild(el("p", { "class": "vramlab-plan__note" }, "浏览器里只有估算；命令行 vramlab plan 会把每个方案在模拟设备（FakeTensorMode）上再跑一遍。步时按峰值算力与带宽、不重叠计算，只用于排序。"));
   }
 

@@ -353,6 +353,7 @@ window.VRAMLAB_CALC = {
    "qlora"
   ],
   "eight_bit_min_share": 0.05,
+  "moe_qlora_reason": "专家权重是 3 维参数而不是 nn.Linear：bitsandbytes 不会把它们量化成 4 位，prepare_model_for_kbit_training 还会把它们升为 FP32，所以 vramlab 不估算也不推荐 MoE 的 QLoRA",
   "targets_zh": {
    "default": "peft 默认目标",
    "qkvo": "注意力的 q/k/v/o 投影",

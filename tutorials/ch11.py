@@ -12,12 +12,14 @@
 # 没有 GPU 时，代码在 CPU 上的**模拟设备**里运行，并打开 FakeTensorMode（张量只有形状、没有数据），统计的是 PyTorch 的 CUDA 缓存分配器会报告的数字。有 NVIDIA GPU 时，第 1–4 节的 `vramlab.open_device("auto")` 会改用真卡和真实的分配器；第 5 节总在模拟设备上运行。
 
 # %%
+import datetime
 import platform
 import random
 
 import torch
 
 import vramlab
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 ON_GPU = torch.cuda.is_available()
@@ -26,6 +28,8 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("vramlab     ", vramlab.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 
 def mib(x):
@@ -59,18 +63,24 @@ def stats_line(dev):
 # %%
 REQUESTS = [("4 字节", 4), ("1000 字节", 1000), ("600 KiB", 600 * 1024), ("1.5 MiB", 3 * MiB // 2),
             ("30 MiB + 1 字节", 30 * MiB + 1), ("300 MiB", 300 * MiB)]
+KEYS = ["b4", "b1000", "k600", "m1_5", "m30", "m300"]      # 发布用的名字
 
 with vramlab.open_device("auto", fake=FAKE) as dev:
     print(f"{pad('请求', 18)}{'allocated 增量':>18}{'reserved 增量':>16}")
-    for name, nbytes in REQUESTS:
+    for key, (name, nbytes) in zip(KEYS, REQUESTS):
         a0, r0 = dev.allocated(), dev.reserved()
         t = torch.empty(nbytes, dtype=torch.uint8, device=dev.torch_device)
         da, dr = dev.allocated() - a0, dev.reserved() - r0
         print(f"{pad(name, 18)}{da:>14,} 字节{mib(dr):>12.1f} MiB")
+        publish(f"rule_{key}_alloc_bytes", f"{da:,}")
+        publish(f"rule_{key}_reserved_mib", mib(dr), fmt="{:.1f}")
         del t
     print("\n全部释放后：", stats_line(dev))
+    publish("rule_allocated_after_free_mib", mib(dev.allocated()), fmt="{:.0f}")
+    publish("rule_reserved_after_free_mib", mib(dev.reserved()), fmt="{:.1f}")
     released = dev.empty_cache()
     print(f"empty_cache() 还给驱动 {mib(released):.1f} MiB 之后：", stats_line(dev))
+    publish("rule_released_mib", mib(released), fmt="{:.1f}")
 
 # %% [markdown]
 # 逐行对照规则：
@@ -90,12 +100,14 @@ with vramlab.open_device("auto", fake=FAKE) as dev:
 # %%
 def pinned_segment(keep_first):
     """keep_first=False：先用临时大张量，再创建长寿小张量；True：反过来。"""
+    order = "keep_first" if keep_first else "tmp_first"
     with vramlab.open_device("auto", fake=FAKE) as dev:
         d = dev.torch_device
         print("先分配长寿张量：" if keep_first else "先用临时大张量：")
         if keep_first:
             keep = torch.empty(4 * MiB, dtype=torch.uint8, device=d)
             print(f"  {pad('创建 4 MiB 长寿张量', 28)}", stats_line(dev))
+            publish("pin_keep_segment_mib", mib(dev.reserved()), fmt="{:.0f}")
         tmp = torch.empty(100 * MiB, dtype=torch.uint8, device=d)
         print(f"  {pad('创建 100 MiB 临时张量', 28)}", stats_line(dev))
         del tmp
@@ -103,12 +115,18 @@ def pinned_segment(keep_first):
         if not keep_first:
             keep = torch.empty(4 * MiB, dtype=torch.uint8, device=d)
             print(f"  {pad('创建 4 MiB 长寿张量', 28)}", stats_line(dev))
+            publish("pin_inactive_split_mib", mib(dev.memory_stats()["inactive_split_bytes.all.current"]), fmt="{:.1f}")
         tmp2 = torch.empty(100 * MiB, dtype=torch.uint8, device=d)
         print(f"  {pad('再创建 100 MiB 临时张量', 28)}", stats_line(dev))
+        publish(f"pin_{order}_allocated_mib", mib(dev.allocated()), fmt="{:.1f}")
+        publish(f"pin_{order}_reserved_mib", mib(dev.reserved()), fmt="{:.1f}")
+        publish(f"pin_{order}_reserved_peak_mib", mib(dev.max_reserved()), fmt="{:.1f}")
         del tmp2
         print(f"  {pad('释放临时张量', 28)}", stats_line(dev))
         released = dev.empty_cache()
         print(f"  {pad(f'empty_cache() 还回 {mib(released):.0f} MiB', 28)}", stats_line(dev))
+        publish(f"pin_{order}_released_mib", mib(released), fmt="{:.0f}")
+        publish(f"pin_{order}_left_split_mib", mib(dev.memory_stats()["inactive_split_bytes.all.current"]), fmt="{:.1f}")
         del keep
 
 
@@ -172,6 +190,13 @@ for step, L, s in grow["rows"]:
         print(f"{step:>3}{L:>6}{mib(s['allocated_bytes.all.current']):>10.1f} MiB"
               f"{mib(s['reserved_bytes.all.current']):>10.1f} MiB{mib(s['inactive_split_bytes.all.current']):>14.1f} MiB")
 print(f"\n已分配峰值 {mib(grow['peak']):.1f} MiB，已保留峰值 {mib(grow['reserved_peak']):.1f} MiB")
+for step, L, s in grow["rows"]:
+    if step in (1, 17, STEPS):
+        publish(f"grow_step{step}_allocated_mib", mib(s["allocated_bytes.all.current"]), fmt="{:.1f}")
+        publish(f"grow_step{step}_reserved_mib", mib(s["reserved_bytes.all.current"]), fmt="{:.1f}")
+printed_split = [mib(s["inactive_split_bytes.all.current"]) for step, L, s in grow["rows"] if step % 4 == 1 or step == STEPS]
+publish("grow_split_min_mib", min(printed_split), fmt="{:.1f}")
+publish("grow_split_max_mib", max(printed_split), fmt="{:.1f}")
 
 # %% [markdown]
 # 已分配峰值只有几百 MiB（最后一步：输入 32 MiB、6 个激活值 192 MiB、临时张量 128 MiB），已保留却一路涨到它的好几倍。原因正是第 2 节的机制在每一步重演：这一步的 128 MiB 级临时张量比缓存里所有的块都大一点，只能新要段；而上一步留下的大块被这一步较小的激活值切开占用，`inactive_split` 随之出现。旧段永远“差一点”，新段不断加进来。
@@ -198,10 +223,14 @@ results = {
 }
 base_gap = grow["reserved_peak"] - grow["peak"]
 print(f"{pad('做法', 24)}{'已分配峰值':>10}{'已保留峰值':>12}{'差值':>12}{'差值/原样':>10}")
-for name, r in results.items():
+for key, (name, r) in zip(["grow", "empty", "bucket", "pad", "warm"], results.items()):
     gap = r["reserved_peak"] - r["peak"]
     print(f"{pad(name, 24)}{mib(r['peak']):>8.0f} MiB{mib(r['reserved_peak']):>9.0f} MiB"
           f"{mib(gap):>9.0f} MiB{gap / base_gap:>11.0%}")
+    publish(f"way_{key}_peak_mib", mib(r["peak"]), fmt="{:.0f}")
+    publish(f"way_{key}_reserved_mib", mib(r["reserved_peak"]), fmt="{:.0f}")
+    publish(f"way_{key}_gap_mib", mib(gap), fmt="{:.0f}")
+    publish(f"way_{key}_gap_share", gap / base_gap, fmt="{:.0%}")
 
 # %% [markdown]
 # 几点观察：
@@ -258,6 +287,9 @@ else:
 capped = run(growing, budget=512 * MiB)
 print(f"已分配峰值 {mib(capped['peak']):.1f} MiB，已保留峰值 {mib(capped['reserved_peak']):.1f} MiB（上限 512 MiB）")
 print(f"num_alloc_retries = {capped['stats']['num_alloc_retries']}：分配器清空缓存、重试申请的次数")
+publish("capped_peak_mib", mib(capped["peak"]), fmt="{:.1f}")
+publish("capped_reserved_mib", mib(capped["reserved_peak"]), fmt="{:.1f}")
+publish("capped_retries", capped["stats"]["num_alloc_retries"])
 
 # %% [markdown]
 # 没有 OOM。每当新段放不下，分配器先把所有**整段空闲**的段还给驱动，再重试一次申请，`num_alloc_retries` 记下这种重试的次数。这正是 `empty_cache()` 做的事，所以手动调用它救不了 OOM：凡是 `empty_cache()` 能还的，分配器在报 OOM 之前都已经还过了；剩下还不掉的，是被活着的张量钉住的段，`empty_cache()` 同样无能为力。`num_alloc_retries` 一旦大于 0，说明训练在贴着上限跑，每次重试都要同步设备、释放再申请，速度会受影响，这时该减少碎片，而不是加 `empty_cache()`。
@@ -272,6 +304,7 @@ print(f"num_alloc_retries = {capped['stats']['num_alloc_retries']}：分配器�
 import collections
 from contextlib import contextmanager
 
+from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
 from vramlab.sim.allocator import CachingAllocatorModel
 from vramlab.sim.device import current_sim_device
@@ -305,7 +338,9 @@ def watch_new_segments(min_bytes=500 * MiB):
         CachingAllocatorModel.malloc = original
 
 
-H200 = {"small_fp32_adamw_b8_s512": (7925, 8576), "small_fp32_adamw_b32_s512_ckpt": (11592, 14882)}
+ref = {r.name: r for r in reference_rows()}
+H200 = {name: (ref[name].steady_mib, ref[name].reserved_mib)
+        for name in ("small_fp32_adamw_b8_s512", "small_fp32_adamw_b32_s512_ckpt")}
 measured = {}
 for name in H200:
     with watch_new_segments() as events:
@@ -316,6 +351,34 @@ for name, (alloc_ref, res_ref) in H200.items():
     m = measured[name][0]
     print(f"{pad(name, 34)}{alloc_ref:>6} / {res_ref:<6} MiB    {mib(m.peak_bytes):>6.0f} / {mib(m.reserved_peak_bytes):<6.0f} MiB"
           f"    H200 {res_ref / alloc_ref - 1:+.1%}，模拟 {m.reserved_peak_bytes / m.peak_bytes - 1:+.1%}")
+    key = "base" if name.endswith("b8_s512") else "ckpt32"
+    publish(f"sim_{key}_allocated_mib", mib(m.peak_bytes), fmt="{:.0f}")
+    publish(f"sim_{key}_reserved_mib", mib(m.reserved_peak_bytes), fmt="{:.0f}")
+    publish(f"sim_{key}_e", m.reserved_peak_bytes / m.peak_bytes - 1, fmt="{:.1%}")
+    publish(f"sim_{key}_gap_mib", round(mib(m.reserved_peak_bytes)) - round(mib(m.peak_bytes)))
+    publish(f"sim_{key}_reserved_vs_h200", abs(mib(m.reserved_peak_bytes) / res_ref - 1), fmt="{:.1%}")
+    publish(f"sim_{key}_e_vs_h200_pp", abs(m.reserved_peak_bytes / m.peak_bytes - res_ref / alloc_ref) * 100, fmt="{:.1f}")
+
+# %% [markdown]
+# 正文里 H200 参考表那一节的表格也从这里发布（`vramlab/data/h200_gpt2_peaks.md`，同一张表）：已分配峰值、已保留峰值、差值和 $E$ = 差值 / 已分配峰值。
+
+# %% tags=["h200_table"]
+E_ROWS = [("base", "small_fp32_adamw_b8_s512"), ("b32", "small_fp32_adamw_b32_s512"),
+          ("s128", "small_fp32_adamw_b8_s128"), ("ckpt", "small_fp32_adamw_b8_s512_ckpt"),
+          ("ckpt32", "small_fp32_adamw_b32_s512_ckpt"), ("saveoncpu", "small_fp32_adamw_b8_s512_saveoncpu"),
+          ("medium", "medium_fp32_adamw_b8_s512"), ("medium_ckpt", "medium_fp32_adamw_b8_s512_ckpt")]
+for key, name in E_ROWS:
+    r = ref[name]
+    e = (r.reserved_mib - r.steady_mib) / r.steady_mib
+    print(f"{pad(name, 40)}{r.steady_mib:>7} MiB{r.reserved_mib:>7} MiB{r.reserved_mib - r.steady_mib:>6} MiB{e:>7.1%}")
+    publish(f"h200_{key}_allocated_mib", r.steady_mib)
+    publish(f"h200_{key}_reserved_mib", r.reserved_mib)
+    publish(f"h200_{key}_gap_mib", r.reserved_mib - r.steady_mib)
+    publish(f"h200_{key}_e", e, fmt="{:.1%}")
+technique_e = [(ref[n].reserved_mib - ref[n].steady_mib) / ref[n].steady_mib for k, n in E_ROWS
+               if k in ("ckpt", "ckpt32", "saveoncpu", "medium_ckpt")]
+publish("h200_technique_e_min", min(technique_e), fmt="{:.1%}")
+publish("h200_technique_e_max", max(technique_e), fmt="{:.1%}")
 
 # %% [markdown]
 # 两行的已分配峰值和已保留峰值都与 H200 相差不到 0.2%。b32 加检查点那一行，已保留比已分配多出约 28%；基线只多约 8%。下面是这一行里每一次为大请求新申请的段：
@@ -332,20 +395,41 @@ def show_new_segments(name):
     for seg, live in last["pinned"].items():
         total = sum(live.values())
         print(f"    一个段：活着 {mib(total):.0f} MiB，剩下的空闲合计 {mib(last['segment'] - total):.0f} MiB")
-        for where, nbytes in live.most_common(6):
+        for where, nbytes in live.most_common(8):
             print(f"      {mib(nbytes):7.1f} MiB  {where}")
-        if len(live) > 6:
-            print(f"      ……另有 {len(live) - 6} 个张量，合计 {mib(sum(v for _, v in live.most_common()[6:])):.1f} MiB")
+        if len(live) > 8:
+            print(f"      ……另有 {len(live) - 8} 个张量，合计 {mib(sum(v for _, v in live.most_common()[8:])):.1f} MiB")
     print()
 
 
 for name in H200:
     show_new_segments(name)
 
+# 正文引用的读数：b32 加检查点那一行（ckpt32）与基线（base）为大请求新要的段
+for key, name in (("base", "small_fp32_adamw_b8_s512"), ("ckpt32", "small_fp32_adamw_b32_s512_ckpt")):
+    m, events = measured[name]
+    first, last = events[0], events[-1]
+    publish(f"seg_{key}_request_mib", mib(first["request"]), fmt="{:.1f}")
+    publish(f"seg_{key}_segment_mib", mib(first["segment"]), fmt="{:.0f}")
+    publish(f"seg_{key}_count", len(events))
+    publish(f"seg_{key}_step2_count", len(events) - 3)     # 前 3 次是热身步里三个 logits 大小的张量（见上表的位置）
+    publish(f"seg_{key}_first_cached_free_mib", mib(first["cached_free"]), fmt="{:.0f}")
+    publish(f"seg_{key}_last_cached_free_mib", mib(last["cached_free"]), fmt="{:.0f}")
+    # 钉住的那个段：活着的字节最少的那一个
+    live = min(last["pinned"].values(), key=lambda c: sum(c.values()))
+    publish(f"seg_{key}_pinned_mib", mib(sum(live.values())), fmt="{:.0f}")
+    publish(f"seg_{key}_pinned_free_mib", mib(last["segment"] - sum(live.values())), fmt="{:.0f}")
+    publish(f"seg_{key}_pinned_tensors", len(live))
+    publish(f"seg_{key}_pinned_largest_mib", mib(max(live.values())), fmt="{:.0f}")
+    blocks = sorted(int(w.split("transformer.h.")[1].split(".")[0]) for w in live if "transformer.h." in w)
+    if key == "ckpt32":      # 这些是 block 的输出（add.Tensor @ transformer.h.N）：下一层的层输入
+        publish("seg_ckpt32_first_block", blocks[0])
+        publish("seg_ckpt32_last_block", blocks[-1])
+
 # %% [markdown]
 # 先看 b32 加检查点那一行。前 3 次新段发生在第 1 步（热身步）：lm_head 的输出、`log_softmax` 的输出和它的梯度，每个都是 $32 \times 512 \times 50257 \times 4$ 字节 ≈ 3141.1 MiB（算术），各要一个 3142 MiB 的段。第 1 步结束后，这三个段整段空闲，留在缓存里。
 #
-# 第 4 次发生在第 2 步的反向传播开头。此时缓存里空着 3275 MiB，却没有一块放得下 3141 MiB：另外两个 3142 MiB 的段正被 `log_softmax` 的输出和 `nll_loss` 的梯度占着；第三个段里，第 2 步前向时激活检查点为第 6–11 层保存的层输入（每个 $32 \times 512 \times 768 \times 4$ 字节 = 48 MiB，要一直活到反向传播走到那一层）已经被切了进去，它们在缓存里找不到更合适的空闲块。这个段被 288 MiB 的长寿张量占着，剩下的 2854 MiB 放不下 3141 MiB，分配器只好再要一个 3142 MiB 的段。已保留峰值因此比已分配峰值多出将近一个 logits 大小的段，也就是参考表里的 28%。
+# 第 4 次发生在第 2 步的反向传播开头。此时缓存里空着 3275 MiB，却没有一块放得下 3141 MiB：另外两个 3142 MiB 的段正被 `log_softmax` 的输出和 `nll_loss` 的梯度占着；第三个段里，第 2 步前向时为反向存下的层输入（block 5–11 的输出：激活检查点保存的 block 6–11 的输入，加上 `ln_f` 保存的输入；每个 $32 \times 512 \times 768 \times 4$ 字节 = 48 MiB，要一直活到反向传播走到那一层）已经被切了进去，它们在缓存里找不到更合适的空闲块。这个段被上表列出的 7 个长寿张量占着（336 MiB），剩下的 2806 MiB 放不下 3141 MiB，分配器只好再要一个 3142 MiB 的段。已保留峰值因此比已分配峰值多出将近一个 logits 大小的段，也就是参考表里的 28%。
 #
 # 基线那一行是同一种现象，只是规模小：logits 大小的张量在 b8 时是 786 MiB，第 2 步又新要了两个 786 MiB 的段，因为第 1 步留下的段里已经住进了 AdamW 在第 1 步末尾才创建的一阶矩和二阶矩（`zeros_like @ optimizer.step`）以及第 2 步前向的激活值。相对于 7924 MiB 的峰值，多出来的只有约 8%。两行的共同点是：**长寿的张量落进了短命的巨型张量释放的块里**，这正是本章要避免的分配模式。
 #

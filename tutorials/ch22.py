@@ -13,6 +13,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 5 节的 7B 形状在 FakeTensorMode 下运行（只有形状、没有数据）；其余各节用真实张量。
 
 # %%
+import datetime
 import logging
 import math
 
@@ -36,6 +37,10 @@ import bitsandbytes.functional as bnbF
 torch.set_num_threads(1)          # 小张量为主：单线程在共享的机器上反而更快，结果也可复现
 ON_GPU = banner(f"transformers {transformers.__version__}，bitsandbytes {bnb.__version__}")
 FAKE = not ON_GPU
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
+publish("bitsandbytes", bnb.__version__)
 
 # %% [markdown]
 # ## 1. 字节账：权重、缩放系数、键值缓存
@@ -49,18 +54,20 @@ FAKE = not ON_GPU
 # %%
 N7 = 7_000_000_000
 FORMATS = [
-    ("FP32", 4.0),
-    ("FP16 / BF16", 2.0),
-    ("INT8 逐通道（FP16 scale，每行 4096）", 1 + 2 / 4096),
-    ("INT4 分组 g=128（FP16 scale）", 0.5 + 2 / 128),
-    ("INT4 分组 g=128（FP16 scale + 零点）", 0.5 + 4 / 128),
-    ("NF4 块 64（FP32 absmax）", 0.5 + 4 / 64),
-    ("NF4 块 64 + 双重量化", 0.5 + 1 / 64 + 4 / (64 * 256)),
+    ("FP32", 4.0, "fp32"),
+    ("FP16 / BF16", 2.0, "fp16"),
+    ("INT8 逐通道（FP16 scale，每行 4096）", 1 + 2 / 4096, "int8"),
+    ("INT4 分组 g=128（FP16 scale）", 0.5 + 2 / 128, "int4"),
+    ("INT4 分组 g=128（FP16 scale + 零点）", 0.5 + 4 / 128, "int4z"),
+    ("NF4 块 64（FP32 absmax）", 0.5 + 4 / 64, "nf4"),
+    ("NF4 块 64 + 双重量化", 0.5 + 1 / 64 + 4 / (64 * 256), "nf4dq"),
 ]
 print(pad("格式", 38), pad("字节/参数", 11), pad("位/参数", 9), pad("7B 权重 GB", 12), "GiB")
-for name, bpp in FORMATS:
+for name, bpp, key in FORMATS:
     print(pad(name, 38), pad(f"{bpp:.4f}", 11), pad(f"{bpp * 8:.3f}", 9), pad(f"{N7 * bpp / 1e9:.2f}", 12),
           f"{N7 * bpp / 2**30:.2f}")
+    publish(f"fmt_{key}_bpp", f"{bpp:.4f}".rstrip("0").rstrip("."))
+    publish(f"fmt_{key}_gb", N7 * bpp / 1e9, fmt="{:.2f}")
 
 # %% [markdown]
 # 键值缓存（KV cache）也能量化。Llama-2-7B 形状：32 层、32 个键值头、每头 128 维，每个 token 在每层存一份 K 和一份 V。下面按“每个头的每个 token 一个 FP16 缩放系数”（每 128 个元素一个）算 INT8 / INT4 的键值缓存，同样是算术。
@@ -71,10 +78,12 @@ L, KVH, HD = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["hidden_s
 per_token_elems = 2 * L * KVH * HD
 print(f"每个 token 的键值缓存：2 × {L} 层 × {KVH} 头 × {HD} 维 = {per_token_elems:,} 个元素\n")
 print(pad("格式", 26), pad("每 token KiB", 14), pad("批 1 × 4096 token GiB", 24), "批 8 × 4096 token GiB")
-for name, bpe in [("FP16 / BF16", 2.0), ("INT8（每 128 个一个 scale）", 1 + 2 / 128),
-                  ("INT4（每 128 个一个 scale）", 0.5 + 2 / 128)]:
+for name, bpe, key in [("FP16 / BF16", 2.0, "fp16"), ("INT8（每 128 个一个 scale）", 1 + 2 / 128, "int8"),
+                       ("INT4（每 128 个一个 scale）", 0.5 + 2 / 128, "int4")]:
     b = per_token_elems * bpe
     print(pad(name, 26), pad(f"{b / 1024:.1f}", 14), pad(f"{b * 4096 / 2**30:.3f}", 24), f"{b * 8 * 4096 / 2**30:.2f}")
+    publish(f"kv_{key}_kib", b / 1024, fmt="{:.0f}")
+    publish(f"kv_{key}_b8_gib", b * 8 * 4096 / 2**30, fmt="{:.2f}")
 
 # %% [markdown]
 # ## 2. 手写量化器：映射方式与缩放粒度
@@ -137,20 +146,30 @@ X = torch.randn(256, IN, generator=g)
 Y = X @ W.T
 
 print(f"权重 {OUT}×{IN}：行尺度最大/最小 = {(W.abs().amax(1).max() / W.abs().amax(1).min()).item():.1f}\n")
+publish("row_scale_ratio", (W.abs().amax(1).max() / W.abs().amax(1).min()).item(), fmt="{:.0f}")
+publish("spike_share", spikes.float().mean().item(), fmt="{:.1%}")
 print(pad("方案", 34), pad("权重相对误差", 14), "输出 XWᵀ 相对误差")
 rows = [("INT8 对称 逐张量", 8, "tensor", True), ("INT8 对称 逐通道", 8, "channel", True),
         ("INT8 对称 分组 g=128", 8, 128, True),
         ("INT4 对称 逐张量", 4, "tensor", True), ("INT4 对称 逐通道", 4, "channel", True),
         ("INT4 对称 分组 g=128", 4, 128, True), ("INT4 对称 分组 g=64", 4, 64, True),
         ("INT4 非对称（零点）分组 g=64", 4, 64, False)]
+errs = {}
 for name, bits, gran, sym in rows:
     Wh = fake_quant(W, bits, gran, sym)
     print(pad(name, 34), pad(f"{rel(Wh, W):.4f}", 14), f"{rel(X @ Wh.T, Y):.4f}")
+    errs[f"int{bits}{'' if sym else 'z'}_{gran if isinstance(gran, str) else f'g{gran}'}"] = (rel(Wh, W), rel(X @ Wh.T, Y))
 
 for qt in ("fp4", "nf4"):
     packed, state = bnbF.quantize_4bit(W, blocksize=64, quant_type=qt)    # bitsandbytes，CPU 上可运行
     Wh = bnbF.dequantize_4bit(packed, state)
     print(pad(f"bitsandbytes {qt.upper()} 块 64", 34), pad(f"{rel(Wh, W):.4f}", 14), f"{rel(X @ Wh.T, Y):.4f}")
+    errs[f"bnb_{qt}"] = (rel(Wh, W), rel(X @ Wh.T, Y))
+for key, (ew, ey) in errs.items():
+    publish(f"err_{key}_w", ew, fmt="{:.4f}")
+    publish(f"err_{key}_y", ey, fmt="{:.4f}")
+    publish(f"err_{key}_y2", ey, fmt="{:.2f}")
+publish("err_int8_tensor_over_channel", errs["int8_tensor"][1] / errs["int8_channel"][1], fmt="{:.1f}")
 print(f"\nbitsandbytes 的 NF4：packed {tuple(packed.shape)} {packed.dtype}（每字节两个 4 位码），"
       f"absmax {tuple(state.absmax.shape)} {state.absmax.dtype}")
 
@@ -219,6 +238,10 @@ print(f"离群维度：{cols.nonzero().flatten().tolist()}，占全部特征的 
 print(pad("做法", 40), "输出相对误差")
 print(pad("逐向量 INT8，不分解", 40), f"{rel(y8, Yref):.4f}")
 print(pad("逐向量 INT8 + 离群列用 16 位（手写）", 40), f"{rel(yd, Yref):.4f}")
+publish("outlier_dims", int(cols.sum()))
+publish("outlier_share", cols.float().mean().item(), fmt="{:.2%}")
+publish("int8_nodecomp_err", rel(y8, Yref), fmt="{:.4f}")
+publish("int8_decomp_err", rel(yd, Yref), fmt="{:.4f}")
 
 lin = nn.Linear(D, DO, bias=False)
 with torch.no_grad():
@@ -230,6 +253,7 @@ for thr in (0.0, 6.0):
     with torch.no_grad():
         yb = l8(Xa.half()).float()
     print(pad(f"bitsandbytes Linear8bitLt(threshold={thr})", 40), f"{rel(yb, Yref):.4f}")
+    publish(f"bnb_thr{thr:.0f}_err", rel(yb, Yref), fmt="{:.4f}")
 print(f"\nLinear8bitLt 的权重：{l8.weight.dtype}，{tuple(l8.weight.shape)}；每个输出通道一个 scale：{tuple(l8.state.SCB.shape)} {l8.state.SCB.dtype}")
 
 # %% [markdown]
@@ -295,8 +319,11 @@ Wq_rtn = fake_quant(W, 4, "channel")
 Wq_gptq = gptq(W, Xcal, 4)
 Wq_awq, alpha = awq(W, Xcal, 4)
 print(pad("INT4 逐通道", 22), pad("校准集输出误差", 16), "另一批数据输出误差")
-for name, Wq in (("RTN（四舍五入）", Wq_rtn), ("GPTQ", Wq_gptq), (f"AWQ（α = {alpha:.1f}）", Wq_awq)):
+for name, Wq, key in (("RTN（四舍五入）", Wq_rtn, "rtn"), ("GPTQ", Wq_gptq, "gptq"), (f"AWQ（α = {alpha:.1f}）", Wq_awq, "awq")):
     print(pad(name, 22), pad(f"{rel(Xcal @ Wq.T, Xcal @ W.T):.4f}", 16), f"{rel(Xval @ Wq.T, Xval @ W.T):.4f}")
+    publish(f"ptq_{key}_cal", rel(Xcal @ Wq.T, Xcal @ W.T), fmt="{:.4f}")
+    publish(f"ptq_{key}_val", rel(Xval @ Wq.T, Xval @ W.T), fmt="{:.4f}")
+publish("awq_alpha", alpha, fmt="{:.1f}")
 
 # %% [markdown]
 # 三者存下来的东西一样（每个权重 4 位 + 每行一个 scale），显存完全相同；差别只在“选哪个整数”。GPTQ 利用输入特征之间的相关性，把每一列的舍入误差往后面的列上补，在这组低秩相关的输入上误差降得最多，但它在校准集上的误差明显低于另一批数据，说明它对校准集有一点“过拟合”；AWQ 只调了一个指数 $\alpha$，降得少一些，两批数据上的误差却几乎一样。真实的 GPTQ 还会分组（常用 `group_size=128`）、按 128 列一批做“懒更新”来用好 GPU；AWQ 还会裁剪权重范围。它们在真实大模型上的效果见正文引用的论文。
@@ -315,6 +342,9 @@ SHAPES = [tuple(m.weight.shape) for n, m in meta_model.named_modules()
 del meta_model
 N_LIN = sum(o * i for o, i in SHAPES)
 print(f"{len(SHAPES)} 个线性层，{N_LIN:,} 个权重；形状：{sorted(set(SHAPES))}\n")
+publish("n_linear", len(SHAPES))
+publish("n_lin_weights", f"{N_LIN:,}")
+publish("lin_bf16_gb", N_LIN * 2 / 1e9, fmt="{:.1f}")
 
 
 def to_int8(w):                               # 逐输出通道对称 INT8，scale 存 BF16
@@ -337,6 +367,7 @@ CONVERT = [
     ("NF4 + 双重量化（bitsandbytes）", lambda w: bnbF.quantize_4bit(w, blocksize=64, quant_type="nf4",
                                                                   compress_statistics=True)),
 ]
+KEYS = dict(zip((c[0] for c in CONVERT), ("fp32", "bf16", "int8", "int4", "nf4", "nf4dq")))
 resident = {}
 with vramlab.open_device("auto", fake=FAKE) as dev, torch.no_grad():
     weights = [torch.randn(s, dtype=torch.bfloat16, device=dev.torch_device) for s in SHAPES]
@@ -352,6 +383,9 @@ with vramlab.open_device("auto", fake=FAKE) as dev, torch.no_grad():
         resident[name] = held
         print(pad(name, 32), pad(f"{mib(held):,.1f}", 12), pad(f"{held / N_LIN:.4f}", 11),
               pad(f"{held / bf16_bytes:.3f}", 11), f"{mib(temp):.1f}")
+        publish(f"res_{KEYS[name]}_mib", f"{mib(held):,.1f}")
+        publish(f"res_{KEYS[name]}_bpw", held / N_LIN, fmt="{:.4f}")
+        publish(f"res_{KEYS[name]}_ratio", held / bf16_bytes, fmt="{:.3f}")
         del kept
 
 # %% [markdown]
@@ -368,6 +402,12 @@ with vramlab.open_device("auto", fake=FAKE) as dev:
             s = p.abs().amax(dim=1, keepdim=True).float() / 127
             q = torch.round(p.float() / s).clamp(-127, 127).to(torch.int8)
         print(pad(ctx_name, 20), f"量化后多占 {mib(dev.allocated() - base):.1f} MiB（INT8 权重本身 {mib(q.numel()):.1f} MiB）")
+        held = round(mib(dev.allocated() - base), 1)
+        publish("nograd_held_mib" if ctx_name.startswith("torch") else "grad_held_mib", held, fmt="{:.1f}")
+        if ctx_name.startswith("torch"):
+            nograd_held = held
+        else:
+            publish("grad_extra_mib", held - nograd_held, fmt="{:.0f}")
         del s, q
 
 # %% [markdown]
@@ -424,6 +464,12 @@ with vramlab.open_device("auto") as dev, torch.no_grad():
     int8_bytes = weight_int8.numel()
 
 print(f"INT8 权重 {mib(int8_bytes):.1f} MiB；同样大小的 FP32 权重 {mib(4 * int8_bytes):.1f} MiB\n")
+publish("w8a16_int8_mib", mib(int8_bytes), fmt="{:.0f}")
+publish("w8a16_fp32_mib", mib(4 * int8_bytes), fmt="{:.0f}")
+publish("w8a16_out_mib", mib(16 * 4096 * 4), fmt="{:.2f}")          # 输出 16 × 4096 个 FP32
+publish("w8a16_whole_over_int8", results[0][1] / int8_bytes, fmt="{:.0f}")
+publish("w8a16_whole_step_mib", mib(results[0][4][0]), fmt="{:.0f}")       # 第一次分配：to() 的 FP32 结果
+publish("w8a16_block256_tl_max_mib", mib(max(results[2][4])), fmt="{:.2f}")
 print(pad("做法", 28), pad("函数的额外峰值 MiB", 20), pad("相对整块", 10), pad("总峰值 MiB", 12), "与参考输出的相对误差")
 for (name, extra, peak, err, _), key in zip(results, ("whole", "block1024", "block256", "block64", "block256_nodel")):
     publish(f"w8a16_{key}_extra_mib", mib(extra), fmt="{:.2f}")
@@ -518,8 +564,10 @@ fp = make_mlp()
 fit(fp, 600, 3e-3)
 print(pad("模型", 46), "测试准确率")
 print(pad("FP32", 46), f"{accuracy(fp):.2%}")
+publish("acc_fp32", accuracy(fp), fmt="{:.2%}")
 for bits, gran in ((8, "channel"), (4, "tensor"), (4, "channel"), (2, "channel")):
     print(pad(f"PTQ INT{bits} {'逐张量' if gran == 'tensor' else '逐通道'}", 46), f"{accuracy(ptq_copy(fp, bits, gran)):.2%}")
+    publish(f"acc_int{bits}_{gran}", accuracy(ptq_copy(fp, bits, gran)), fmt="{:.2%}")
 
 qat = make_mlp()
 qat.load_state_dict(fp.state_dict())
@@ -532,10 +580,12 @@ with torch.no_grad():                                       # 训练完：把伪
         if isinstance(m, nn.Linear):
             parametrize.remove_parametrizations(m, "weight", leave_parametrized=True)
 print(pad("QAT INT2 逐通道（从 FP32 微调 150 步）", 46), f"{accuracy(qat):.2%}")
+publish("acc_qat_int2", accuracy(qat), fmt="{:.2%}")
 more = make_mlp()
 more.load_state_dict(fp.state_dict())
 fit(more, 150, 1e-3)
 print(pad("（对照）FP32 再训练 150 步后做 PTQ INT2", 46), f"{accuracy(ptq_copy(more, 2)):.2%}")
+publish("acc_more_int2", accuracy(ptq_copy(more, 2)), fmt="{:.2%}")
 
 # %% [markdown]
 # INT8 的 PTQ 几乎不掉点；INT4 掉一点（逐张量比逐通道掉得多一些）；到 INT2（每个权重只能是 $-s, 0, +s$）PTQ 就掉得很厉害。QAT 在伪量化的前向下继续训练，让网络自己适应量化网格，准确率大部分回来了；“对照”一行说明回来的不是多训练的那 150 步，而是“训练时看得见量化”。
@@ -584,6 +634,17 @@ for label, peak, bd, loss in qat_rows:
     print(pad(label, 28), pad(f"{mib(peak):.1f}", 14), *(pad(f"{mib(bd.get(k, 0)):.1f}", w) for k, w in
           (("parameters", 9), ("gradients", 9), ("optimizer_state", 12), ("activations", 9))), f"{mib(bd.get('temporaries', 0)):.1f}")
 print(f"\nQAT / 普通 = {qat_rows[1][1] / qat_rows[0][1]:.3f}")
+publish("qat_n_params", f"{n_params:,}")
+publish("qat_ratio", qat_rows[1][1] / qat_rows[0][1], fmt="{:.3f}")
+for (label, peak, bd, loss), key in zip(qat_rows, ("plain", "qat")):
+    publish(f"qat_{key}_peak_mib", mib(peak), fmt="{:.1f}")
+    for part in ("parameters", "gradients", "optimizer_state"):
+        publish(f"qat_{key}_{part}_mib", mib(bd.get(part, 0)), fmt="{:.1f}")
+diff = {part: abs(round(mib(qat_rows[0][2].get(part, 0)), 1) - round(mib(qat_rows[1][2].get(part, 0)), 1))
+        for part in ("parameters", "gradients", "optimizer_state")}
+publish("qat_same_parts", "、".join(n for p, n in (("parameters", "参数"), ("gradients", "梯度"), ("optimizer_state", "优化器状态"))
+                                   if diff[p] == 0) or "没有一项")
+publish("qat_grad_diff_mib", diff["gradients"], fmt="{:.1f}")
 
 # %% [markdown]
 # 参数、梯度、优化器状态三列完全一样，峰值也几乎相同：QAT 没有让任何一份模型状态变小。这一配置的峰值出现在反向末尾，那时伪量化的中间结果（每层一份浮点的 $\hat w$、求 scale 时的临时张量）早已释放，所以没有抬高峰值；不用 autocast 的 FP32 QAT 会为反向额外保存每层一份 FP32 的 $\hat w$（与权重一样大），PyTorch 的 `FakeQuantize` 还会为截断的 STE 保存掩码，这些都只会让 QAT 比普通训练多占显存。所以 QAT 的用处是**提高低位宽推理的精度**，而不是省训练显存；要在训练时省显存，得靠 QLoRA 这类“冻结的量化基座 + 少量可训练参数”的做法（[第 24 章](ch24.md)）。

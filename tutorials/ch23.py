@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 2、4、5 节的 GPT-2 small 在模拟设备上用 FakeTensorMode（只有形状、没有数据）运行；第 3 节和第 4 节的数值核对用真实张量跑一对小模型。
 
 # %%
+import datetime
 import time
 
 import torch
@@ -22,11 +23,14 @@ from torch.utils.checkpoint import checkpoint
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, count_params, make_config
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner()
 FAKE = not ON_GPU          # 第 2、4、5 节：模拟设备上用 FakeTensorMode
 T0 = time.process_time()
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 账本：教师、学生和 logits
@@ -47,9 +51,14 @@ for name in ("gpt2-mini", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"):
     n = count_params(name)
     print(pad(name, 14), pad(f"{n:,}", 14), pad(f"{mib(4 * n):.1f}", 10), pad(f"{mib(2 * n):.1f}", 10),
           pad(f"{mib(n):.1f}", 10), f"{mib(16 * n):.1f}")
+    key = name.split("-")[1]
+    publish(f"par_{key}_n", f"{n:,}")
+    for what, bpp in (("fp32", 4), ("bf16", 2), ("int8", 1), ("student", 16)):
+        publish(f"par_{key}_{what}_mib", mib(bpp * n), fmt="{:.1f}")
 print(f"\n词表 V = {V}：每个 token 的 logits 在 FP32 下是 {V * 4:,} 字节（{V * 4 / 1024:.1f} KiB），BF16 下减半；")
 for b, s in ((4, 256), (8, 512), (8, 2048)):
     print(f"  b={b}, s={s}：一份 [b, s, V] FP32 logits = {mib(b * s * V * 4):,.1f} MiB")
+    publish(f"logits_b{b}_s{s}_mib", mib(b * s * V * 4), fmt="{:.1f}")
 
 # %% [markdown]
 # 表里的“INT8”只算每个权重 1 字节，没算每个输出通道的缩放系数（第 22 章），也没算嵌入层是否量化；它是一个下限。注意最后一列：同一个模型当学生要 16 字节/参数，当教师只要 2–4 字节/参数。这就是为什么教师可以比学生大好几倍，卡上还放得下——前提是教师真的只做前向。
@@ -158,6 +167,19 @@ for label, r in main.items():
 print()
 for label, r in main.items():
     print(pad(label, 26), "峰值位置：", r["where"])
+for label, r in main.items():
+    key = label[0].lower()
+    publish(f"main_{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"main_{key}_ratio", r["peak"] / base, fmt="{:.2f}")
+    publish(f"main_{key}_act_mib", mib(r["bd"].get("activations", 0)), fmt="{:.1f}")
+    publish(f"main_{key}_temp_mib", mib(r["bd"].get("temporaries", 0)), fmt="{:.1f}")
+    publish(f"main_{key}_tgrad_mib", mib(r["t_grad"]), fmt="{:.1f}")
+A, C, E = main["A autograd（起始代码）"], main["C no_grad + eval"], main["E 同 C，教师 BF16"]
+publish("main_a_minus_c_mib", round(mib(A["peak"]), 1) - round(mib(C["peak"]), 1), fmt="{:.0f}")
+publish("main_a_minus_c_act_mib", round(mib(A["bd"]["activations"]), 1) - round(mib(C["bd"]["activations"]), 1), fmt="{:.0f}")
+publish("main_c_minus_e_param_mib", mib(C["bd"]["parameters"] - E["bd"]["parameters"]), fmt="{:.0f}")
+publish("main_a_tl_max_mib", max(mib(e["allocated"]) for e in A["timeline"]), fmt="{:.0f}")
+publish("main_c_tl_max_mib", max(mib(e["allocated"]) for e in C["timeline"]), fmt="{:.0f}")
 
 # %% [markdown]
 # 逐列读：
@@ -195,7 +217,7 @@ plt.show()
 #
 # FakeTensorMode 只有形状、没有数值。下面用真实张量跑一对小模型：教师是 `gpt2-mini`（4 层，512 维），学生是 `tiny` 的形状（2 层，128 维）但用 GPT-2 的词表（蒸馏要求词表一致），批大小 2、序列长度 32，各跑 2 步。核对三件事：A 与 C 的每步损失相同、学生参数相同；教师的参数没有被改；A 在教师上留下了多少梯度。
 
-# %%
+# %% tags=["small"]
 import copy
 
 
@@ -246,7 +268,17 @@ for label, r in small.items():
     diff = max((a - b).abs().max().item() for a, b in zip(r["student"], ref["student"]))
     print(pad(label, 26), pad(" ".join(f"{x:.5f}" for x in r["losses"]), 20), pad(f"{diff:.1e}", 22),
           pad(f"{r['changed']:.1e}", 18), pad(f"{mib(r['t_grad']):.1f}", 13), f"{mib(r['peak']):.1f}")
-print(f"\n峰值之比 C / A = {small['C no_grad + eval']['peak'] / ref['peak']:.2f}（其中 2 个 cuBLAS 工作区共 64 MiB 两边都有）")
+workspace = small["C no_grad + eval"]["bd"].get("cuda_overhead", 0)
+print(f"\n峰值之比 C / A = {small['C no_grad + eval']['peak'] / ref['peak']:.2f}（其中 cuBLAS 工作区共 {mib(workspace):.0f} MiB 两边都有）")
+publish("small_n_student", f"{n_student:,}")
+publish("small_workspace_mib", mib(workspace), fmt="{:.0f}")
+for label, r in small.items():
+    key = label[0].lower()
+    publish(f"small_{key}_losses", "、".join(f"{x:.5f}" for x in r["losses"]))
+    publish(f"small_{key}_tgrad_mib", mib(r["t_grad"]), fmt="{:.1f}")
+    publish(f"small_{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"small_{key}_teacher_changed", f"{r['changed']:.1e}")
+publish("small_student_maxdiff", f"{max((a - b).abs().max().item() for a, b in zip(small['C no_grad + eval']['student'], ref['student'])):.1e}")
 
 # %% [markdown]
 # 两种写法的损失和学生的参数逐位相同：教师前向在不在 autograd 下，算出来的 logits 一样，对学生的梯度也一样。A 里教师参数没变（没有优化器去更新它），但它的梯度一直占着显存；如果有人图省事把教师的参数也交给了优化器，或者在别处调用了一次 `optimizer.step()` 覆盖到教师，教师就会被悄悄改掉。
@@ -270,6 +302,8 @@ for m in noisy.modules():
         m.p = 0.0                                  # 改回去
 print(f"dropout=0.1 的教师：train() 模式下两次前向的 logits 最大差 {(a - b).abs().max().item():.3f}；"
       f"eval() 模式下 {(c - d).abs().max().item():.1e}")
+publish("dropout_train_diff", (a - b).abs().max().item(), fmt="{:.3f}")
+publish("dropout_eval_diff", f"{(c - d).abs().max().item():.1e}")
 
 # %% [markdown]
 # ## 4. logits 与 KL 的临时张量；分块 KL；top-k 缓存
@@ -318,6 +352,9 @@ for label, fn in (("softmax 目标", kl_softmax_target), ("log_target=True", kl_
         tops[label] = dev.top_allocations(7)
         print(pad(label, 22), pad(f"{mib(dev.max_allocated()):.1f}", 10), pad(f"{mib(extra):.1f}", 14),
               pad(f"{extra / one:.2f}", 15), dev.snapshot()["peak_where"])
+        key = {"softmax 目标": "softmax", "log_target=True": "logtarget"}.get(label, "chunked")
+        publish(f"kl_{key}_copies", extra / one, fmt="{:.2g}")
+publish("kl_one_mib", mib(one), fmt="{:.1f}")
 for label in ("log_target=True", f"分块（每块 {CH} 行）"):
     print(f"\n{label}：峰值时刻最大的几个张量")
     for a in tops[label]:
@@ -360,6 +397,8 @@ def distill_step_chunked(student, teacher, optimizer, batch, device):
 # 先用真实张量确认分块的损失和更新与整块相同
 r_full, r_chunk = small["C no_grad + eval"], run_small(distill_step_chunked)
 diff = max((a - b).abs().max().item() for a, b in zip(r_full["student"], r_chunk["student"]))
+publish("chunk_student_maxdiff", f"{diff:.1e}")
+publish("chunk_same_losses", "相同" if r_full["losses"] == r_chunk["losses"] else "不完全相同")
 print(f"真实张量（小模型对）：整块 KL 各步损失 {[round(x, 5) for x in r_full['losses']]}，"
       f"分块 {[round(x, 5) for x in r_chunk['losses']]}；学生参数最大差 {diff:.1e}\n")
 
@@ -372,6 +411,10 @@ for b, s in ((4, 256), (4, 1024)):
     chunk_rows[b, s] = (full, ch)
     print(pad(f"b={b} s={s}", 12), pad(f"{mib(full['peak']):.1f}", 14), pad(f"{mib(ch['peak']):.1f}", 14),
           pad(f"{ch['peak'] / full['peak']:.2f}", 10), f"{mib(b * s * V * 4):.1f}")
+    publish(f"chunk_s{s}_logits_mib", mib(b * s * V * 4), fmt="{:.1f}")
+    publish(f"chunk_s{s}_full_mib", mib(full["peak"]), fmt="{:.1f}")
+    publish(f"chunk_s{s}_chunked_mib", mib(ch["peak"]), fmt="{:.1f}")
+    publish(f"chunk_s{s}_ratio", ch["peak"] / full["peak"], fmt="{:.2f}")
 
 # %% [markdown]
 # 序列越长，logits 在峰值里占的比重越大，分块省得越多。代价是学生的输出层矩阵乘在反向时要重算一遍（每块一次），以及一个 Python 循环。
@@ -383,10 +426,12 @@ for b, s in ((4, 256), (4, 1024)):
 # %%
 K = 32
 print(pad("每个 token 存什么", 34), pad("字节/token", 12), "10 亿个 token 共计")
-for label, per in ((f"完整 logits，FP32（V={V}）", V * 4), ("完整 logits，BF16", V * 2),
-                   (f"top-{K}：FP16 对数概率 + int32 编号", K * (2 + 4)), ("top-8：同上", 8 * (2 + 4))):
+for label, per, key in ((f"完整 logits，FP32（V={V}）", V * 4, "fp32"), ("完整 logits，BF16", V * 2, "bf16"),
+                        (f"top-{K}：FP16 对数概率 + int32 编号", K * (2 + 4), f"top{K}"), ("top-8：同上", 8 * (2 + 4), "top8")):
     total = per * 1e9
     print(pad(label, 34), pad(f"{per:,}", 12), f"{total / 1e12:,.3f} TB" if total >= 1e12 else f"{total / 1e9:,.1f} GB")
+    publish(f"store_{key}_bytes", f"{per:,}")
+    publish(f"store_{key}_total", f"{total / 1e12:,.1f} TB" if total >= 1e12 else f"{total / 1e9:,.1f} GB")
 
 
 def topk_kd_loss(s_logits, t_vals, t_idx, T=TEMP):
@@ -420,6 +465,8 @@ on = main["C no_grad + eval"]
 print(f"\nb=4, s=256：在线（教师 FP32 常驻，no_grad）峰值 {mib(on['peak']):.1f} MiB，其中参数 {mib(on['bd']['parameters']):.1f} MiB；")
 print(f"            离线 top-{K}（卡上只有学生）峰值 {mib(off['peak']):.1f} MiB，其中参数 {mib(off['bd']['parameters']):.1f} MiB；"
       f"之比 {off['peak'] / on['peak']:.2f}")
+publish("off_peak_mib", mib(off["peak"]), fmt="{:.1f}")
+publish("off_ratio", off["peak"] / on["peak"], fmt="{:.2f}")
 
 # %% [markdown]
 # 离线蒸馏省掉的是教师的参数和教师的那一份 logits；学生自己的 logits 和 log-softmax 还在（要省它们，同样可以分块）。top-$k$ 缓存把每个 token 从 196 KiB 压到 192 字节，但它丢掉了 top-$k$ 以外的概率质量，是对教师分布的**有偏**近似（正文有讨论）。下面用真实的小模型对看一眼截断后还剩多少概率质量。注意这里的教师是随机初始化的，它的分布几乎是均匀的，所以 top-$k$ 覆盖的质量很小；训练好的语言模型的分布要尖锐得多，同样的 $k$ 覆盖的质量也大得多。这个数字只说明“怎么量”，不代表真实教师。
@@ -432,6 +479,7 @@ with torch.no_grad():
 for k in (8, 32, 1024):
     mass = t_logp.topk(k, dim=-1).values.exp().sum(-1).mean().item()
     print(f"随机初始化的 gpt2-mini 教师，T={TEMP}：top-{k} 平均覆盖概率质量 {mass:.4f}（均匀分布时为 {k / V:.4f}）")
+    publish(f"topk_mass_{k}", mass, fmt="{:.4f}")
 
 # %% [markdown]
 # ## 5. 特征蒸馏 vs logit 蒸馏
@@ -504,6 +552,14 @@ print()
 for label, r in feat.items():
     print(pad(label, 28), "峰值位置：", r["where"])
 print(f"\n回归器 nn.Linear(512, 768)：{512 * 768 + 768:,} 个参数，连同梯度和 AdamW 状态共 {mib(16 * (512 * 768 + 768)):.1f} MiB")
+for label, r in feat.items():
+    key = {"logit": "logit", "特征（完整教师）": "full", "特征（截断教师，前 6 层）": "trunc", "logit + 特征": "both"}[label]
+    publish(f"feat_{key}_n_t", f"{r['n_t']:,}")
+    publish(f"feat_{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+publish("feat_full_n_t_yi", feat["特征（完整教师）"]["n_t"] / 1e8, fmt="{:.2f}")
+publish("feat_trunc_n_t_wan", feat["特征（截断教师，前 6 层）"]["n_t"] / 1e4, fmt="{:.0f}")
+publish("regressor_params", f"{512 * 768 + 768:,}")
+publish("regressor_state_mib", mib(16 * (512 * 768 + 768)), fmt="{:.1f}")
 print(f"一份教师提示特征 [4, 256, 768] FP32：{mib(4 * 256 * 768 * 4):.1f} MiB；一份 logits [4, 256, {V}]：{mib(4 * 256 * V * 4):.1f} MiB")
 
 # %% [markdown]

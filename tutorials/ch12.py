@@ -27,6 +27,8 @@ import transformers
 import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
+from vramlab.reference import reference_rows
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
@@ -37,6 +39,9 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+H200 = {r.name: r for r in reference_rows()}      # H200 参考表（vramlab/data/h200_gpt2_peaks.md）
 
 
 def pad(text, width):
@@ -55,7 +60,7 @@ def mib(nbytes):
 #
 # 测量前先做一次很小的前向，让 cuBLAS 工作区（32 MiB）先分配出来，“起点”一栏就包含它。
 
-# %%
+# %% tags=["eval"]
 MODEL, B, T = "tiny", 16, 128
 MODES = {
     "不加（model.eval() 而已）": contextlib.nullcontext,
@@ -94,6 +99,11 @@ for name, (start, peak, end, loss) in evals.items():
 grad_extra = evals["不加（model.eval() 而已）"][1] - evals["不加（model.eval() 而已）"][0]
 ng_extra = evals["torch.no_grad()"][1] - evals["torch.no_grad()"][0]
 print(f"\n不加上下文时，评估的额外显存是 no_grad 的 {grad_extra / ng_extra:.1f} 倍")
+for key, (start, peak, end, loss) in zip(["plain", "nograd", "infmode"], evals.values()):
+    publish(f"eval_{key}_start_mib", start / MiB, fmt="{:.1f}")
+    publish(f"eval_{key}_peak_mib", peak / MiB, fmt="{:.1f}")
+    publish(f"eval_{key}_extra_mib", (peak - start) / MiB, fmt="{:.1f}")
+publish("eval_extra_ratio", grad_extra / ng_extra, fmt="{:.1f}")
 
 # %% [markdown]
 # 三种写法算出的损失完全相同，峰值却差了几倍：不加上下文时，一个批次前向结束的那一刻，所有为反向保存的激活值都还在；`no_grad` 下每层的输出用完就释放，峰值只是“一两层的临时张量 + 最后的 logits”。`inference_mode` 与 `no_grad` 的峰值一样，它额外省掉的是版本计数和视图追踪这些 CPU 开销，不是显存。
@@ -108,8 +118,15 @@ infer = measure_workload(from_reference_name("small_fp32_infer_b8_s512"), backen
 print("GPT-2 small，批大小 8，序列长度 512，inference_mode 前向")
 print(pad("", 18) + pad("已分配峰值 MiB", 18) + "已保留峰值 MiB")
 print(pad("本机", 18) + pad(f"{infer.peak_bytes / MiB:.0f}", 18) + f"{infer.reserved_peak_bytes / MiB:.0f}")
-print(pad("H200 实测", 18) + pad("1339", 18) + "1656")
-print(f"偏差（已分配）：{infer.peak_bytes / MiB / 1339 - 1:+.1%}")
+ref_infer = H200["small_fp32_infer_b8_s512"]
+print(pad("H200 实测", 18) + pad(f"{ref_infer.steady_mib}", 18) + f"{ref_infer.reserved_mib}")
+print(f"偏差（已分配）：{infer.peak_bytes / MiB / ref_infer.steady_mib - 1:+.1%}")
+publish("infer_peak_mib", infer.peak_bytes / MiB, fmt="{:.0f}")
+publish("infer_reserved_mib", infer.reserved_peak_bytes / MiB, fmt="{:.0f}")
+publish("h200_infer_peak_mib", ref_infer.steady_mib)
+publish("h200_infer_reserved_mib", ref_infer.reserved_mib)
+publish("h200_base_peak_mib", H200["small_fp32_adamw_b8_s512"].steady_mib)
+publish("infer_deviation", f"{infer.peak_bytes / MiB / ref_infer.steady_mib - 1:+.1%}".replace("-", "−"))
 
 # %% [markdown]
 # `inference_mode` 的代价是限制更多：在它里面创建的张量是“推理张量”（inference tensor），之后不能被自动求导保存，也不能在模式外原地修改。比如在 `inference_mode` 里缓存了一批特征，后面训练时想拿来算梯度：
@@ -171,6 +188,14 @@ print(pad("写法", 30) + pad("第 1 步后", 12) + pad("第 5 步后", 12) + pa
 for name, c in curves.items():
     slope = (c[-1] - c[0]) / (len(c) - 1)
     print(pad(name, 30) + pad(mib(c[0]), 12) + pad(mib(c[4]), 12) + pad(mib(c[-1]), 12) + f"{slope / MiB:.2f}")
+leak, flat = curves["total += loss（无 no_grad）"], curves["total += loss.item()"]
+leak_slope = (leak[-1] - leak[0]) / (len(leak) - 1) / MiB
+publish("leak_slope_mib", leak_slope, fmt="{:.2f}")
+for i in (1, 5, 10):
+    publish(f"leak_step{i}_mib", leak[i - 1] / MiB, fmt="{:.1f}")
+publish("flat_mib", flat[-1] / MiB, fmt="{:.1f}")
+# 按这个斜率撑满一张 24 GiB 的卡要多少步（用四舍五入后的数算，正文的算式才对得上）
+publish("leak_steps_24gib", (24576 - round(flat[-1] / MiB, 1)) / round(leak_slope, 2), fmt="{:.0f}")
 
 # %% [markdown]
 # 第一种写法的已分配显存线性增长，每步增加的正好是“一次前向保存的激活值”；只要循环足够长，任何显卡都会 OOM。另外两种是平的。把曲线画出来：
@@ -229,6 +254,9 @@ print(pad("", 22) + "".join(pad(f"第{i}步", 8) for i in (1, 2, 5, 10)))
 print(pad("已分配显存 MiB", 22) + "".join(pad(mib(allocs[i - 1]), 8) for i in (1, 2, 5, 10)))
 print(pad("计算图节点数", 22) + "".join(pad(str(nodes[i - 1]), 8) for i in (1, 2, 5, 10)))
 print("total 的类型：", type(total).__name__, "requires_grad =", total.requires_grad)
+publish("train_alloc_mib", allocs[-1] / MiB, fmt="{:.1f}")
+publish("train_nodes_step1", nodes[0])
+publish("train_nodes_step10", nodes[-1])
 
 # %% [markdown]
 # ## 3. 原地操作：省多少，什么时候报错
@@ -264,6 +292,10 @@ for inplace in (False, True):
     relu[inplace] = relu_run(inplace)
     print(pad(f"inplace={inplace}", 22) + "".join(pad(mib(v), 12 if i else 10) for i, v in enumerate(relu[inplace])))
 print(f"\ninplace 省下的前向峰值：{(relu[False][1] - relu[True][1]) / MiB:.1f} MiB（一层输出是 {2048 * 1024 * 4 / MiB:.0f} MiB）")
+for inplace in (False, True):
+    for part, v in zip(("start", "fwd_peak", "after_fwd", "step_peak"), relu[inplace]):
+        publish(f"relu_{'inplace' if inplace else 'plain'}_{part}_mib", v / MiB, fmt="{:.1f}")
+publish("relu_saved_mib", (relu[False][1] - relu[True][1]) / MiB, fmt="{:.1f}")
 
 # %% [markdown]
 # 只省了**一层输出**那么多，而且只在前向途中省：`Linear` 的反向只需要它的输入，不需要它的输出，所以非原地写法里 `Linear` 的输出（ReLU 之前的值）在 ReLU 算完后立刻就被释放了；原地写法省掉的只是“ReLU 的输入和输出同时存在”的那一瞬间。前向结束时保存下来的张量两边一样多，整步峰值也一样。这正是 PyTorch 文档说的“很少有原地操作能显著降低显存”。
@@ -305,6 +337,8 @@ ref = sigmoid_grad(None)
 for how in (".data", ".detach()"):
     r = sigmoid_grad(how)
     print(pad(f"通过 {how} 原地修改", 24), r if isinstance(r, str) else f"没有报错，梯度与正确值最大相差 {(r - ref).abs().max().item():.3f}")
+    if how == ".data" and not isinstance(r, str):
+        publish("data_grad_error", (r - ref).abs().max().item(), fmt="{:.3f}")
 
 w = torch.randn(3, requires_grad=True)
 try:
@@ -326,6 +360,8 @@ rows = []
 
 def note(what, dev, extra=""):
     rows.append((what, dev.allocated(), extra))
+    key = ["start", "a_caught", "a_retry", "a_left", "b_return", "b_gc", "c_saved", "c_del", "d_chunks"][len(rows) - 1]
+    publish(f"oom_{key}_mib", dev.allocated() / MiB, fmt="{:.1f}")
 
 
 with vramlab.device_budget("128 MiB") as dev:
@@ -388,6 +424,7 @@ with vramlab.device_budget("128 MiB") as dev:
             total += l.item() * chunk.shape[0] / ids.shape[0]
             del l
         note("(d) 改用 4 个批大小 8 的小批次", dev, f"成功，平均损失 {total:.4f}，这段的峰值 {mib(dev.max_allocated())} MiB")
+        publish("oom_d_peak_mib", dev.max_allocated() / MiB, fmt="{:.1f}")
 
 print(f"显存预算 128 MiB；gc 阈值 gc.get_threshold() = {gc.get_threshold()}\n")
 print(pad("时刻", 36) + pad("已分配 MiB", 12) + "说明")
@@ -444,9 +481,15 @@ for name, where in ZG.items():
     zg[where] = m
     grads = m.breakdown.get("gradients") if m.breakdown else None
     print(pad(name, 40) + pad(f"{m.peak_bytes / MiB:.0f}", 10) + pad("-" if grads is None else f"{grads / MiB:.0f}", 14) + f"{between / MiB:.0f}")
+    key = where.replace("after-", "").replace("-", "_")
+    publish(f"zg_{key}_peak_mib", m.peak_bytes / MiB, fmt="{:.0f}")
+    publish(f"zg_{key}_grads_mib", "-" if grads is None else f"{grads / MiB:.0f}")
+    publish(f"zg_{key}_between_mib", between / MiB, fmt="{:.0f}")
 n_small = count_params("gpt2-small")
-print(f"\nH200 实测（set_to_none=True）：7925 MiB；GPT-2 small 的 FP32 梯度 {n_small:,} × 4 字节 = {n_small * 4 / MiB:.1f} MiB")
+print(f"\nH200 实测（set_to_none=True）：{H200['small_fp32_adamw_b8_s512'].steady_mib} MiB；GPT-2 small 的 FP32 梯度 {n_small:,} × 4 字节 = {n_small * 4 / MiB:.1f} MiB")
 print(f"set_to_none=False 比 True 多：{(zg['after-zero'].peak_bytes - zg['after-none'].peak_bytes) / MiB:.0f} MiB")
+publish("zg_extra_mib", (zg["after-zero"].peak_bytes - zg["after-none"].peak_bytes) / MiB, fmt="{:.0f}")
+publish("grad_fp32_mib", n_small * 4 / MiB, fmt="{:.1f}")
 for name, where in ZG.items():
     print(pad(name, 40) + "峰值出现在 " + (zg[where].peak_where or "（真 GPU 上没有这项记录）"))
 
@@ -515,6 +558,14 @@ for key, name in REUSE.items():
     s, p, e = reuse[key]
     print(pad(name, 30) + pad(mib(s), 12) + pad(mib(p), 12) + pad(mib(p - s), 14) + mib(e))
 print(f"\n结果张量本身：{N_BATCH} × {B} × {T} × 1024 × 4 字节 = {N_BATCH * B * T * 1024 * 4 / MiB:.0f} MiB")
+extra = {k: round((p - s) / MiB, 1) for k, (s, p, e) in reuse.items()}
+for k, v in extra.items():
+    publish(f"reuse_{k}_extra_mib", v, fmt="{:.1f}")
+publish("reuse_keep_minus_del_mib", extra["keep"] - extra["del"], fmt="{:.0f}")
+publish("reuse_cat_peak_mib", reuse["cat"][1] / MiB, fmt="{:.1f}")
+publish("reuse_out_peak_mib", reuse["out"][1] / MiB, fmt="{:.1f}")
+publish("reuse_cat_minus_out_mib", round(reuse["cat"][1] / MiB, 1) - round(reuse["out"][1] / MiB, 1), fmt="{:.1f}")
+publish("reuse_result_mib", (reuse["out"][2] - reuse["out"][0]) / MiB, fmt="{:.0f}")
 
 # %% [markdown]
 # - `del out` 让峰值少了一份 logits（8 MiB），循环结束后也不再留着最后一批的输出。

@@ -6,24 +6,33 @@ so the same formulas can be ported to the JavaScript calculator. The estimate is
 for Hugging Face transformers models with `labels=input_ids`.
 
 How it works. Memory at any instant = what persists between steps (weights, optimizer state, and
-gradients while they exist) + what autograd saved for backward + short-lived buffers. The peak is
-the largest of four instants (`PHASES`), each a plain sum:
+gradients while they exist) + what autograd saved for backward + short-lived buffers. Which tensors
+each op saves, and in which dtype, comes from a symbolic walk of one block's forward (`_Forward`,
+per family, precision, LoRA targets, QLoRA, checkpointing), and the backward's working set from a
+walk of the same tape in reverse (`_backward_peak`). The peak is the largest of these instants
+(`PHASES`; `Estimate.phases` gives the total at each):
 
-    forward_end     end of the forward pass: all saved activations + logits, fp32 logits copy and
-                    log-softmax output (+ under autocast, the cache of 16-bit weight copies)
-    backward_start  first backward op: saved activations + log-softmax output + its gradient +
-                    the logits gradient (three B*S*V fp32 tensors: usually THE peak of LM training)
-    backward_end    all gradients exist, one block's activations (or a recomputed block) remain
-    optimizer_step  weights + grads + state + the optimizer's temporaries (foreach AdamW builds a
-                    full-size sqrt(v) buffer)
+    block_forward       the last block's forward, its transient buffers live
+    forward_end         end of the forward pass: all saved activations + logits, fp32 logits copy
+                        and log-softmax output (+ under autocast, the cached 16-bit weight copies)
+    backward_start      first backward op: saved activations + log-softmax output + its gradient +
+                        the logits gradient (three B*S*V fp32 tensors: often THE peak of LM training)
+    head_backward       the LM head's backward: the logits' gradient and the head's weight gradient
+    block_backward      the last block's backward (after its recomputation under checkpointing)
+    backward_end        all gradients exist, the first block's working set remains
+    embedding_backward  (full fine-tuning, where it adds) the embedding's new gradient before it is
+                        summed into .grad / with a tied head's
+    optimizer_step      weights + grads + state + the optimizer's temporaries (foreach AdamW builds
+                        a full-size sqrt(v) buffer)
 
 Which tensors a block saves was read off HF GPT-2 with `torch.autograd.graph.saved_tensors_hooks`
 and checked against real H200 measurements (vramlab/data/h200_gpt2_peaks.md, every row within a
 few percent; run `python -m vramlab.estimate` for the table). Sources for each formula are cited in
 the function that computes it.
 
-QLoRA: the Workload has no quantization field, so `estimate(w, qlora=True)` (with `w.lora_rank > 0`)
-means "the frozen base linear weights are NF4"; see `qlora_weight_bytes`.
+QLoRA: `Workload(qlora=True)` (or `estimate(w, qlora=True)`; needs `w.lora_rank > 0`) means the
+frozen base linear weights are bitsandbytes NF4 and every other parameter is cast to FP32 as peft's
+prepare_model_for_kbit_training does; see `qlora_weight_bytes`.
 """
 from __future__ import annotations
 
@@ -36,7 +45,8 @@ from .workload import Workload, WorkloadError
 MiB = 1024**2
 KEYS = ("parameters", "gradients", "optimizer_state", "activations", "logits_and_loss", "temporaries",
         "cuda_overhead")
-PHASES = ("forward_end", "backward_start", "backward_end", "optimizer_step")
+PHASES = ("block_forward", "forward_end", "backward_start", "head_backward", "block_backward", "backward_end",
+          "embedding_backward", "optimizer_step")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 # PyTorch allocates the cuBLAS workspace through its caching allocator, so it shows up in
@@ -1067,6 +1077,7 @@ _PHASE_ZH = {"block_forward": "最后一层前向", "forward_end": "前向末尾
              "block_backward": "最后一层反向",
              "backward_end": "反向末尾", "embedding_backward": "词嵌入反向", "optimizer_step": "优化器 step",
              "prefill": "前向（prefill）"}
+PHASE_ZH = _PHASE_ZH     # every value Estimate.peak_phase / the keys of Estimate.phases can take, in Chinese
 
 
 def _optimizer_temp_bytes(w: Workload, p: Preset, shapes: list, s_bytes: int) -> int:

@@ -62,7 +62,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
-from .estimate import (Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
+from .estimate import (PHASE_ZH, Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
                        param_count)
 from .models import Preset, get_preset
 from .units import GiB, MiB, fmt_bytes, parse_bytes
@@ -152,8 +152,9 @@ CARDS = {c.name: c for c in [
          "NVIDIA A100 数据手册：BF16 Tensor 312 TFLOPS、FP32 19.5 TFLOPS、HBM2e 2039 GB/s"),
     Card("H100", "NVIDIA H100 SXM 80 GB", 80, True, 989.4, 66.9, 3350, 5,
          "NVIDIA H100 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3 3.35 TB/s"),
-    Card("H200", "NVIDIA H200 SXM 141 GB", 141, True, 989.4, 66.9, 4800, 5,
-         "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s"),
+    Card("H200", "NVIDIA H200 SXM 141 GB", 140, True, 989.4, 66.9, 4800, 5,
+         "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s；"
+         "标称 141 GB，本项目 H200 参考表实测总量 143,771 MiB（约 140.4 GiB），按 140 GiB 计"),
 ]}
 _CARD_ALIASES = {"V100": "V100-16GB", "A100": "A100-40GB", "3090": "RTX3090", "4090": "RTX4090",
                  "H100-80GB": "H100", "H200-141GB": "H200"}
@@ -683,7 +684,7 @@ def _warnings(w: Workload) -> list[str]:
 def _notes(p: Preset, scored: list[Scored], gpus: int, bf16: bool, card: Card | None, targets: str) -> list[str]:
     notes = []
     if card is not None:
-        notes.append(f"显卡参数：{card.source}。显存按标称 {card.memory_gib} GiB 计（驱动报告的总量略少）。")
+        notes.append(f"显卡参数：{card.source}。显存按 {card.memory_gib} GiB 计（驱动报告的可用总量可能略少）。")
     if not bf16:
         notes.append("这张卡没有 BF16：方案改用 FP16 混合精度（FP32 主权重 + autocast + GradScaler 损失缩放）；"
                      "纯 FP16 权重只用于冻结的基座（LoRA / QLoRA）。")
@@ -733,7 +734,7 @@ def print_plan(plan: dict, out=sys.stdout, skipped_shown: int = 8) -> None:
     for r in plan["recommendations"]:
         c = r["cost"]
         pr(f"\n#{r['rank']}  {r['summary']}")
-        pr(f"    估算峰值 {fmt_bytes(r['estimate_bytes'])}（已分配，{r['peak_phase']}）；按分配器开销计约需 {fmt_bytes(r['need_bytes'])}")
+        pr(f"    估算峰值 {fmt_bytes(r['estimate_bytes'])}（已分配，{PHASE_ZH.get(r['peak_phase'], r['peak_phase'])}）；按分配器开销计约需 {fmt_bytes(r['need_bytes'])}")
         pr("    构成：" + "，".join(f"{CATEGORY_ZH.get(k, k)} {fmt_bytes(v)}" for k, v in r["breakdown"].items() if v))
         parts = [("计算", "compute"), ("重算", "recompute"), ("卸载", "offload"), ("反量化", "dequant"),
                  ("优化器", "optimizer"), ("通信", "communication")]
@@ -742,7 +743,9 @@ def print_plan(plan: dict, out=sys.stdout, skipped_shown: int = 8) -> None:
             verdict = "装不下" if not t["without_fits"] else "也装得下"
             cost = f"多花 {_s(t['costs_seconds'])}/步" if t["costs_seconds"] > 1e-9 else (
                 f"省 {_s(-t['costs_seconds'])}/步" if t["costs_seconds"] < -1e-9 else "不影响步时")
-            pr(f"    · {t['technique']}：省下 {fmt_bytes(t['saves_bytes'])}（不用它需 {fmt_bytes(t['without_need_bytes'])}，"
+            saves = (f"省下 {fmt_bytes(t['saves_bytes'])}" if t["saves_bytes"] >= 0
+                     else f"多用 {fmt_bytes(-t['saves_bytes'])}")
+            pr(f"    · {t['technique']}：{saves}（不用它需 {fmt_bytes(t['without_need_bytes'])}，"
                f"{verdict}），{cost}")
         v = r["verified"]
         if v["status"] == "fits":

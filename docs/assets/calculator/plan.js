@@ -430,7 +430,7 @@
       var ul = el("ul");
       r.techniques.forEach(function (t) {
         var cost = t.costs_seconds > 1e-9 ? "多花 " + fmtS(t.costs_seconds) + "/步" : (t.costs_seconds < -1e-9 ? "省 " + fmtS(-t.costs_seconds) + "/步" : "不影响步时");
-        ul.appendChild(el("li", {}, t.technique + "：省下 " + fmtBytes(t.saves_bytes) + "（不用它需 " + fmtBytes(t.without_need_bytes) + "，" +
+        ul.appendChild(el("li", {}, t.technique + "：" + (t.saves_bytes >= 0 ? "省下 " + fmtBytes(t.saves_bytes) : "多用 " + fmtBytes(-t.saves_bytes)) + "（不用它需 " + fmtBytes(t.without_need_bytes) + "，" +
           (t.without_fits ? "也装得下" : "装不下") + "），" + cost));
       });
       box.appendChild(ul);

@@ -267,9 +267,13 @@ window.VRAMLAB_CALC = {
   "cuda_overhead"
  ],
  "phases": [
+  "block_forward",
   "forward_end",
   "backward_start",
+  "head_backward",
+  "block_backward",
   "backward_end",
+  "embedding_backward",
   "optimizer_step"
  ],
  "category_zh": {
@@ -479,13 +483,13 @@ window.VRAMLAB_CALC = {
    "H200": {
     "name": "H200",
     "label": "NVIDIA H200 SXM 141 GB",
-    "memory_gib": 141,
+    "memory_gib": 140,
     "bf16": true,
     "tflops16": 989.4,
     "tflops32": 66.9,
     "hbm_gbps": 4800,
     "pcie": 5,
-    "source": "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s"
+    "source": "NVIDIA H200 数据手册（SXM）：BF16 Tensor 989 TFLOPS（稀疏 1979）、FP32 67 TFLOPS、HBM3e 4.8 TB/s；标称 141 GB，本项目 H200 参考表实测总量 143,771 MiB（约 140.4 GiB），按 140 GiB 计"
    }
   },
   "card_aliases": {

@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。`vramlab.device_budget("160 MiB")` 把设备变成一张只有 160 MiB 的虚拟显卡：放不下时抛出和 CUDA 一样的 `torch.OutOfMemoryError`，报错文字也照 CUDA 的格式写（在 GPU 上，它用 `torch.cuda.set_per_process_memory_fraction` 给缓存分配器设上限）。全部用真实张量，模型是 2 层的 `tiny` GPT-2（隐藏维度 128，词表 1024）。
 
 # %%
+import datetime
 import gc
 import math
 import re
@@ -32,6 +33,8 @@ transformers.logging.set_verbosity_error()     # 不打印与本章无关的配�
 warnings.filterwarnings("ignore", message="Full backward hook is firing")   # 嵌入层的输入是整数，没有梯度
 ON_GPU = banner()
 MiB = 2 ** 20
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 MODEL, VOCAB = "tiny", 1024
 
 
@@ -89,6 +92,15 @@ for name, (msg, stats) in cases.items():
     print(pad(name, 12) + pad(f["要申请"], 12) + pad(f["总容量"], 12) + pad(f["已分配"], 12)
           + pad(f["已保留未分配"], 18) + f"{mib(stats['inactive_split_bytes.all.current']):.1f}")
 
+publish("frag_card_mib", 64)
+publish("frag_block_mib", 6)
+publish("frag_request_mib", 12)
+for key, name in (("full", "真的不够"), ("frag", "碎片")):
+    f = oom_fields(cases[name][0])
+    publish(f"{key}_allocated_mib", float(f["已分配"].split()[0]), fmt="{:.0f}")
+    publish(f"{key}_unallocated_mib", float(f["已保留未分配"].split()[0]), fmt="{:.0f}")
+    publish(f"{key}_inactive_split_mib", mib(cases[name][1]["inactive_split_bytes.all.current"]), fmt="{:.0f}")
+
 # %% [markdown]
 # 两行的“要申请”都是 12 MiB。第一行已分配 54 MiB、已保留但未分配只有 6 MiB：活着的张量把卡占满了，要么减少张量（减批、检查点、混合精度……），要么换大卡。第二行已分配只有 24 MiB，已保留但未分配却有 36 MiB，比要申请的 12 MiB 还多：显存其实够，只是被切碎了。这正是真卡报错末尾那句建议的场景：“If reserved but unallocated memory is large try setting `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`”（模拟设备的报错省略了这句，改为附上一句中文说明）。`memory_stats()` 里的 `inactive_split_bytes` 与它相互印证。
 #
@@ -100,6 +112,8 @@ for name, (msg, stats) in cases.items():
 
 # %%
 B, S, STEPS, CARD = 8, 128, 12, "160 MiB"
+publish("leak_card_mib", CARD.split()[0])
+publish("logits_mib", B * S * VOCAB * 4 / MiB, fmt="{:.0f}")
 print(f"每步 logits：{B} × {S} × {VOCAB} × 4 字节 = {B * S * VOCAB * 4 / MiB:.2f} MiB（算术）")
 
 
@@ -154,6 +168,7 @@ def run(step_fn, card=CARD, steps=STEPS, snapshot_file="ch21_leak_snapshot.pickl
     return result
 
 
+# %% tags=["leak"]
 leak = run(leaky_step)
 print(pad("步", 6) + pad("损失", 10) + pad("步后已分配 MiB", 18) + pad("比上一步多", 14) + pad("已保留 MiB", 14) + "已分配峰值 MiB")
 prev = None
@@ -164,6 +179,29 @@ for step, loss, alloc, res, peak in leak["rows"]:
     prev = alloc
 print(f"\n第 {leak['oom_at']} 步 OOM：")
 print(leak["oom_msg"].replace(". ", ".\n"))
+
+after = [mib(r[2]) for r in leak["rows"]]
+deltas = [b - a for a, b in zip(after, after[1:])]
+publish("leak_oom_step", leak["oom_at"])
+publish("leak_last_step", leak["rows"][-1][0])
+publish("leak_step1_after_mib", after[0], fmt="{:.2f}")
+publish("leak_last_after_mib", after[-1], fmt="{:.2f}")
+lo, hi = f"{min(deltas):.2f}", f"{max(deltas):.2f}"
+publish("leak_delta_mib", lo if lo == hi else f"{lo}–{hi}")      # 每步都一样时只写一个数
+peaks = [round(mib(r[4]), 1) for r in leak["rows"]]
+publish("leak_step2_peak_mib", peaks[1], fmt="{:.1f}")
+peak_step = round(peaks[2] - peaks[1])                   # 第 2 步之后峰值每步抬高多少（取整的 MiB）
+publish("leak_peak_step_mib", peak_step)
+publish("leak_predicted_peak_mib", peaks[1] + peak_step * (leak["oom_at"] - 2), fmt="{:.1f}")
+reserved = [round(mib(r[3])) for r in leak["rows"]]
+jump = next(i for i in range(2, len(reserved)) if reserved[i] > reserved[i - 1])
+publish("leak_reserved_jump_step", leak["rows"][jump][0])
+publish("leak_reserved_before_mib", reserved[jump - 1])
+publish("leak_reserved_after_mib", reserved[jump])
+f = oom_fields(leak["oom_msg"])
+publish("leak_oom_allocated_mib", f["已分配"].split()[0])
+publish("leak_oom_unallocated_mib", f["已保留未分配"].split()[0])
+publish("leak_oom_request_mib", f["要申请"].split()[0])
 
 # %% [markdown]
 # 已分配显存每步整整多 4.00 MiB，正好是一份 logits；峰值也跟着每步抬高 4 MiB，直到某一步的前向或反向再也申请不到。注意 OOM 发生在哪里：报错说的是“这次要申请的”那一小块（发生在哪个模块由模拟设备附注），它只是压垮骆驼的最后一根稻草，和病根（`debug_logits.append`）毫无关系。**OOM 的位置不等于泄漏的位置**，所以要看“谁占着显存”，而不是“谁申请失败”。
@@ -182,6 +220,10 @@ if leak["top"]:
               + r["category"])
     n_lm = sum(1 for r in leak["top"] if r["where"] == "lm_head")
     print(f"\n前 {len(leak['top'])} 块里有 {n_lm} 块来自 lm_head；列表里留着 {leak['kept']} 份 logits。")
+    publish("top_n", len(leak["top"]))
+    publish("top_n_lm_head", n_lm)
+    publish("top_workspace_mib", max(mib(r["bytes"]) for r in leak["top"] if r["category"] == "cuda_overhead"), fmt="{:.0f}")
+    publish("top_lm_head_mib", max(mib(r["bytes"]) for r in leak["top"] if r["where"] == "lm_head"), fmt="{:.0f}")
 else:
     print("在 GPU 上：把 ch21_leak_snapshot.pickle 拖进 https://pytorch.org/memory_viz，"
           "在 Active Memory Timeline 里把鼠标停在一直不释放的那些块上，看分配它们的调用栈。")
@@ -241,7 +283,7 @@ class LayerTracer:
                   + pad(f"{mib(r['out']):.2f}", 10) + pad(f"{mib(r.get('bwd', 0)):.2f}", 16) + ("是  ←" if alive else "否"))
 
 
-def trace_one_step(step_fn):
+def trace_one_step(step_fn, key):
     with vramlab.open_device("auto") as dev:
         model = build_model(MODEL, device=dev.torch_device)
         model.debug_logits, model.debug_stats = [], []
@@ -254,11 +296,16 @@ def trace_one_step(step_fn):
         tracer.remove()
         print(f"这一步开始时已分配 {mib(start):.2f} MiB，结束时 {mib(dev.allocated()):.2f} MiB\n")
         tracer.table()
+        for name in ("transformer.h.0", "transformer.h.1", "lm_head"):
+            r = tracer.rec[name]
+            publish(f"{key}_{name.split('.')[-1].replace('_', '')}_net_mib", mib(r["after"] - r["before"]), fmt="{:.2f}")
+        publish(f"{key}_alive", "、".join(n for n in WATCH if tracer.refs[n]() is not None) or "无")
+        publish(f"{key}_watched", len(WATCH))
         del model, opt, ids
 
 
 print("【有泄漏的训练步】")
-trace_one_step(leaky_step)
+trace_one_step(leaky_step, "trace_leak")
 
 # %% [markdown]
 # 读这张表：
@@ -312,8 +359,13 @@ same = all(a[1] == b[1] for a, b in zip(leak["rows"], fixed["rows"]))
 print(f"\n修复后跑完 {len(fixed['rows'])} 步，OOM：{fixed['oom_at'] or '无'}；"
       f"两次都跑过的 {len(leak['rows'])} 步损失逐位相同：{same}")
 print(f"修复后的已分配峰值 {mib(max(r[4] for r in fixed['rows'])):.1f} MiB")
+fixed_after = sorted({f"{mib(r[2]):.2f}" for r in fixed["rows"]}, key=float)
+publish("fixed_steps", len(fixed["rows"]))
+publish("fixed_after_mib", fixed_after[0] if len(fixed_after) == 1 else f"{fixed_after[0]}–{fixed_after[-1]}")
+publish("fixed_peak_mib", mib(max(r[4] for r in fixed["rows"])), fmt="{:.1f}")
+publish("fixed_same_losses", "逐位相同" if same else "不完全相同")
 print("\n【修复后的训练步】")
-trace_one_step(fixed_step)
+trace_one_step(fixed_step, "trace_fixed")
 
 # %% [markdown]
 # 损失逐位相同：泄漏从来不影响计算，只影响显存。修好之后，每步结束时的已分配显存从第 1 步起就一直是同一个数，所有层的输出都已释放。本章的评分练习 `ch21-leak` 就是这个场景的完整版。
@@ -383,6 +435,13 @@ with vramlab.open_device("auto") as dev:
             opt.step()
         opt.zero_grad(set_to_none=True)
         print(pad(str(step), 5) + pad(f"{loss:.4g}", 12) + pad(f"{norm:.4g}", 16) + pad(status, 30) + ", ".join(suspects))
+        if step == 6:
+            publish("spike_loss_e4", loss / 1e4, fmt="{:.3f}")
+            publish("spike_norm", norm, fmt="{:.0f}")
+            publish("spike_ema", re.search(r"均值 ([\d.]+)", status).group(1) if "尖峰" in status else "（未判为尖峰）")
+        if step == 9:
+            publish("nan_step_loss", loss, fmt="{:.3f}")
+            publish("nan_step_norm", f"{norm}")
     del model, opt
 
 # %% [markdown]
@@ -472,6 +531,7 @@ with vramlab.open_device("auto") as dev:
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(dev.type, init_scale=2.0 ** 21)
     watch = ScalerWatch()
+    scales, verdicts = [], []
     print(pad("步", 5) + pad("本步系数", 14) + pad("损失", 12) + pad("update() 后", 14) + "判断")
     for step in range(1, 15):
         x = torch.randn(32, 64, device=dev.torch_device)
@@ -485,9 +545,18 @@ with vramlab.open_device("auto") as dev:
         scaler.update()
         opt.zero_grad(set_to_none=True)
         verdict = watch.after_update(before, scaler.get_scale())
+        scales.append((before, scaler.get_scale()))
+        verdicts.append(verdict)
         print(pad(str(step), 5) + pad(f"{before:.0f}", 14) + pad(f"{loss.item():.4g}", 12)
               + pad(f"{scaler.get_scale():.0f}", 14) + verdict)
     print(f"\n共跳过 {watch.skipped} 步")
+calib = next(i for i, (b, a) in enumerate(scales) if a == b)      # 第一个没有跳过的步（从 0 数）
+publish("scaler_calib_skips", calib)
+publish("scaler_calib_scale", f"{scales[calib][0]:.0f}")
+publish("scaler_calib_log2", f"{math.log2(scales[calib][0]):.0f}")
+publish("scaler_alarm_step", next(i for i, v in enumerate(verdicts, 1) if v.startswith("报警")))
+publish("scaler_final_scale", f"{scales[-1][1]:.0f}")
+publish("scaler_skipped", watch.skipped)
 
 # %% [markdown]
 # 开头 3 步，系数从 $2^{21}$ 减半到 $2^{18}$（262144），梯度乘上系数不再溢出，之后一直正常：这是校准。第 8 步起每一步都溢出，第 11 步是连续第 4 次，监控器报警；到第 14 步，系数已经掉到 2048。此时正确的做法是停下来查数据和模型（比如用 4.2 的 `detect_anomaly` 重放这一步），而不是让 `GradScaler` 继续把系数减到几乎为 0、训练“安静地”什么都不更新。
@@ -524,8 +593,17 @@ def oom_then(keep_exception):
 
 for keep, title in ((False, "写法 A：except 里只做记录"), (True, "写法 B：saved = e")):
     print(title)
-    for what, alloc in oom_then(keep):
+    log = oom_then(keep)
+    for what, alloc in log:
         print("    " + pad(what, 34) + f"{mib(alloc):8.2f} MiB")
+    key = "except_b" if keep else "except_a"
+    vals = [round(mib(a), 2) for _, a in log]
+    publish(f"{key}_start_mib", vals[0], fmt="{:.2f}")
+    publish(f"{key}_inside_mib", vals[1], fmt="{:.2f}")
+    publish(f"{key}_after_mib", vals[2], fmt="{:.2f}")
+    if not keep:
+        publish("except_workspace_mib", vals[2] - vals[0], fmt="{:.2f}")    # 起点之外一直留着的：cuBLAS 工作区
+        publish("except_held_mib", vals[1] - vals[2], fmt="{:.2f}")         # 回溯拉住的激活值
 
 # %% [markdown]
 # 在 `except` 块里，失败的前向已经算出的七十多 MiB 激活值都还在（起点之外多出的 32 MiB 是前向线程的 cuBLAS 工作区，它会一直留着）。写法 A 一离开 `except`，Python 删除 `e`，回溯和栈帧随之释放；写法 B 把异常存了下来，离开 `except` 之后显存仍被拉着，直到这个名字不再引用它。所以恢复代码要写在 `except` 外面；要保留错误信息就存 `str(e)`；确实要保存异常对象时，用完立刻删掉，必要时 `gc.collect()`（函数里的 `err = e` 会和栈帧形成引用环，见[第 12 章](ch12.md)）。PyTorch 的 FAQ 给出的也是“把恢复代码移到 `except` 外面”这个做法。
@@ -610,6 +688,20 @@ diff = (rec_params - ref_params).abs().max().item()
 print(f"\n6 步之后，参数与对照的最大差 {diff:.2e}；同期参数自身的最大变化 {moved:.2e}（差约为变化的 {diff / moved:.1%}）")
 publish("recovery_param_max_diff", f"{diff:.2e}")
 publish("recovery_diff_share", f"{diff / moved:.1%}")
+publish("rec_card_mib", 128)
+publish("rec_step1_micro", rec_rows[0][3]["micro"])
+long_step = SEQS.index(max(SEQS))
+publish("rec_long_micro", rec_rows[long_step][3]["micro"])
+publish("rec_long_ckpt", "+ 检查点" if rec_rows[long_step][3]["ckpt"] else "（不用检查点）")
+publish("rec_long_ooms", len(rec_rows[long_step][4]))
+publish("rec_long_peak_mib", mib(rec_rows[long_step][5]), fmt="{:.1f}")
+publish("rec_after_peak_mib", mib(max(r[5] for r in rec_rows[long_step + 1:])), fmt="{:.1f}")
+publish("ref_first_peak_mib", mib(ref_rows[0][5]), fmt="{:.1f}")
+publish("ref_short_peak_mib", mib(max(r[5] for r in ref_rows[1:] if r[1] == min(SEQS))), fmt="{:.1f}")
+publish("ref_long_peak_mib", mib(ref_rows[long_step][5]), fmt="{:.1f}")
+loss_diff = max(abs(round(a[2], 6) - round(b[2], 6)) for a, b in zip(rec_rows, ref_rows))
+publish("rec_loss_max_diff", f"{loss_diff:.0e}")
+publish("rec_loss_max_diff_units", round(loss_diff * 1e6))       # 第 6 位小数上差几
 
 # %% [markdown]
 # 第 1 步：微批次 32 和 16 都放不下，减到 8 通过，之后两步沿用 8×4（8 个样本一个微批次，累积 4 次）。第 4 步来了长序列：微批次 8 放不下，减到 4 还是放不下，已到下限，于是打开激活检查点、微批次回到 32 重新往下减，最后以“微批次 4 + 检查点”通过。之后的短序列沿用这个配置，不再 OOM。

@@ -12,6 +12,7 @@
 
 # %%
 import copy
+import datetime
 import logging
 import warnings
 
@@ -25,11 +26,17 @@ from peft import AdaLoraConfig, LoraConfig, get_peft_model
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, get_preset
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 warnings.filterwarnings("ignore")              # peft 对小模型配置的几条提示与本章无关
 ON_GPU = banner(f"transformers {transformers.__version__}，peft {peft.__version__}")
 FAKE = not ON_GPU          # 第 2、3 节：模拟设备上用 FakeTensorMode
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
+publish("peft", peft.__version__)
+KEY = {"全量微调": "full", "LoRA": "lora", "DoRA": "dora", "AdaLoRA": "ada"}
 torch.set_num_threads(1)   # 第 1、4 节的矩阵都很小，多线程只会在多人共用的 CPU 上互相等待
 
 # %% [markdown]
@@ -74,6 +81,7 @@ with torch.no_grad():
     ref_logits = base(input_ids=ids).logits
 n_base = sum(p.numel() for p in base.parameters())
 print(f"llama-tiny：{n_base:,} 个参数\n")
+publish("n_base", f"{n_base:,}")
 print(pad("方法", 10), pad("可训练参数", 12), pad("占基座", 8), pad("与原模型 logits 的最大差", 26),
       "layers.0.self_attn.q_proj 里新增的参数")
 for method in METHODS[1:]:
@@ -84,6 +92,8 @@ for method in METHODS[1:]:
     new = [f"{n.split('.')[0]} {tuple(p.shape)}" for n, p in q.named_parameters() if "base_layer" not in n]
     print(pad(method, 10), pad(f"{trainable(model):,}", 12), pad(f"{trainable(model) / n_base:.2%}", 8),
           pad(f"{diff:.2e}", 26), "，".join(new))
+    publish(f"{KEY[method]}_share", trainable(model) / n_base, fmt="{:.2%}")
+    publish(f"{KEY[method]}_init_diff", f"{diff:.2e}")
 
 # %% [markdown]
 # 顺带验证一件容易踩空的事：AdaLoRA 的正交正则项是在 peft 的 `AdaLoraModel.forward` 里加进 `loss` 的，而只有设置了 `task_type`（如 `"CAUSAL_LM"`，得到 `PeftModelForCausalLM`）时，外层的 `PeftModel` 才会经过它；不写 `task_type` 时，peft 0.21 的 `PeftModel.forward` 直接调用底下的 transformers 模型，正则项**静默地**消失。下面在同一批数据上对比两种写法的 `loss` 与纯交叉熵之差。
@@ -98,6 +108,10 @@ for task_type in ("CAUSAL_LM", None):
         ce_only = m.base_model.model(input_ids=ids, labels=ids).loss.item()
     print(f"task_type={task_type!s:10s} {type(m).__name__:22s} loss = {total:.4f}，交叉熵 = {ce_only:.4f}，"
           f"正则项 = {total - ce_only:.4f}")
+    key = "ada_tt" if task_type else "ada_nott"
+    publish(f"{key}_loss", total, fmt="{:.4f}")
+    publish(f"{key}_ce", ce_only, fmt="{:.4f}")
+    publish(f"{key}_reg", total - ce_only, fmt="{:.4f}")
 
 # %% [markdown]
 # 读第一张表：
@@ -148,6 +162,18 @@ for r in rows:
 print("\n峰值位置：")
 for r in rows:
     print(" ", pad(r["method"], 10), r["where"])
+for r in rows:
+    key = KEY[r["method"]]
+    publish(f"{key}_n", f"{r['n']:,}")
+    publish(f"{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"{key}_net_mib", round(mib(r["peak"]), 1) - round(mib(r["bd"]["cuda_overhead"])), fmt="{:.1f}")   # 表里两个取整后的数相减
+    for k, _, _ in CATS:
+        publish(f"{key}_{k}_mib", mib(r["bd"][k]), fmt="{:.2f}")
+ws = rows[0]["bd"]["cuda_overhead"]
+publish("ws_mib", mib(ws), fmt="{:.0f}")
+publish("ws_each_mib", mib(ws) / 2, fmt="{:.0f}")
+act = {KEY[r["method"]]: round(mib(r["bd"]["activations"]), 2) for r in rows}
+publish("act_full_minus_lora_mib", act["full"] - act["lora"], fmt="{:.2f}")
 
 # %% [markdown]
 # 四种做法的峰值都出现在反向刚开始（对 log-softmax 求梯度）的时刻，这时上一步的梯度已经释放、这一步的梯度还没产生，所以“梯度”一列是 0。逐列看：
@@ -204,9 +230,12 @@ print("每层各线性层的输出维度：", d_out)
 print(f"所有被适配层的输出维度之和 Σd_out = {p.n_layers} 层 × {sum(d_out.values())} = {sum_out}")
 print(f"公式 2·B·S·Σd_out·4 字节 = 2 × {B} × {S} × {sum_out} × 4 = {mib(predicted):.2f} MiB")
 print(f"测得 DoRA 与 LoRA 的激活值之差       = {mib(measured):.2f} MiB")
+publish("dora_predicted_mib", mib(predicted), fmt="{:.2f}")
+publish("dora_extra_act_mib", mib(measured), fmt="{:.2f}")
 ada_buffers = 3 * by["AdaLoRA"]["n"] * 4
 print(f"\nAdaLoRA 的重要性统计：3 × {by['AdaLoRA']['n']:,} 个参数 × 4 字节 = {mib(ada_buffers):.2f} MiB，"
       f"测得“其他” = {mib(by['AdaLoRA']['bd']['other']):.2f} MiB")
+publish("ada_buffers_mib", mib(ada_buffers), fmt="{:.2f}")
 
 # %% [markdown]
 # ## 3. DoRA 的权重范数：每次前向都要临时物化整个权重
@@ -241,9 +270,15 @@ for method in ("LoRA", "DoRA"):
         extra = dev.max_allocated() - before
         top = dev.top_allocations(5)
     print(pad(method, 8), pad(f"{mib(D * D * 4):.1f}", 10), f"{mib(extra):.1f}")
+    publish(f"one_{method.lower()}_extra_mib", mib(extra), fmt="{:.1f}")
+publish("one_weight_mib", mib(D * D * 4), fmt="{:.1f}")
 print("\nDoRA 前向峰值时刻最大的几块分配：")
 for t in top:
     print(f"  {mib(t['bytes']):7.1f} MiB  {t['category']:12s} {t['op']}")
+acts = [t for t in top if t["category"] == "activations"]
+publish("one_dora_blocks", len(acts))
+publish("one_dora_block_mib", max(mib(t["bytes"]) for t in acts), fmt="{:.1f}")
+publish("one_dora_ops", "、".join(f"`{t['op'].split('.')[0]}`" for t in acts))
 
 # %% [markdown]
 # LoRA 的前向只多出几个 $16 \times 8$、$16 \times 4096$ 的小张量；DoRA 的前向临时多出四份 $4096 \times 4096$ 的 FP32 矩阵（单位矩阵、$\Delta W$、$s \cdot \Delta W$、$W + s\Delta W$），合计是权重本身的 4 倍。它们逐层出现又逐层释放，所以不一定抬高整个训练步的峰值（第 2 节的峰值在反向开始时）；但在批次小、层很宽的时候（例如 Llama 的 `down_proj` 输入维度是 11008，单位矩阵就有 $11008^2$ 个数），这一段可能变成新的峰值。DoRA 论文为了降低训练开销，建议把 $\|V + \Delta V\|$ 当作常数、不让梯度流过它，peft 照做了（代码里的 `weight_norm.detach()`），这省掉的是反向为范数保存的张量，前向的这几份临时矩阵仍然要算。
@@ -289,9 +324,11 @@ for step in range(40):
     opt.step()
     opt.zero_grad(set_to_none=True)
 print(f"预训练 40 步后，置换 A 上的损失：{loss.item():.4f}")
+publish("pre_loss_a", loss.item(), fmt="{:.4f}")
 with torch.no_grad():
     ids, labels = make_batch(torch.Generator().manual_seed(7), PERM_B)
     print(f"同一个模型在置换 B 上的损失：{cross_entropy(pretrained(input_ids=ids).logits, labels).item():.4f}")
+    publish("pre_loss_b", cross_entropy(pretrained(input_ids=ids).logits, labels).item(), fmt="{:.4f}")
 
 # %%
 def finetune(method, seed):
@@ -330,6 +367,31 @@ for seed in (0, 1):
             ada_model = model
         print(pad(method, 10), pad(str(seed), 6), *[pad(f"{hist[i - 1]:.3f}", 8) for i in (1, 10, 20, 40)],
               pad(first_below(hist, 1.0), 13), pad(first_below(hist, 0.1), 13), f"{reg:.4f}" if method == "AdaLoRA" else "—")
+        key = f"conv_{KEY[method]}_{seed}"
+        for i in (1, 10, 20, 40):
+            publish(f"{key}_s{i}", hist[i - 1], fmt="{:.3f}")
+        publish(f"{key}_le1", first_below(hist, 1.0))
+        publish(f"{key}_le01", first_below(hist, 0.1))
+        if method == "AdaLoRA":
+            publish(f"{key}_reg", reg, fmt="{:.2f}")
+
+
+def span(values, fmt="{}"):
+    """“a–b”，两端相同时只写一个数。"""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def steps(method, th):
+    return [int(first_below(curves[(method, sd)], th)) for sd in (0, 1) if first_below(curves[(method, sd)], th).isdigit()]
+
+
+publish("conv_ld_le1_span", span(steps("LoRA", 1.0) + steps("DoRA", 1.0)))
+publish("conv_ld_le01_span", span(steps("LoRA", 0.1) + steps("DoRA", 0.1)))
+publish("conv_ada_le1_span", span(steps("AdaLoRA", 1.0)))
+publish("conv_ada_s40_span", span([curves[("AdaLoRA", sd)][39] for sd in (0, 1)], "{:.3f}"))
+publish("conv_ada_s10_span", span([curves[("AdaLoRA", sd)][9] for sd in (0, 1)], "{:.1f}"))
+publish("conv_ld_s10_span", span([curves[(m, sd)][9] for m in ("LoRA", "DoRA") for sd in (0, 1)], "{:.1f}"))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -366,6 +428,11 @@ print(f"合计 {sum(ranks.values())} 个奇异值（{len(ranks)} 个矩阵，平
 sched = ada_model.base_model.rankallocator
 print("预算随步数的变化（tinit=5，tfinal=15，total_step=40，三次方递减）：",
       [sched.budget_schedule(t)[0] for t in (0, 5, 10, 15, 20, 25, 30, 40)])
+publish("ada_total_rank", sum(ranks.values()))
+publish("ada_qk_ranks", span([r for n, r in ranks.items() if n.endswith(("q_proj", "k_proj"))]))
+publish("ada_other_ranks", span([r for n, r in ranks.items() if not n.endswith(("q_proj", "k_proj"))]))
+for t in (0, 5, 10, 15, 20):
+    publish(f"ada_budget_{t}", sched.budget_schedule(t)[0])
 
 # %% [markdown]
 # 预算从 $12 \times 14 = 168$ 个奇异值开始，热身 5 步后按三次方曲线降到 112，第 25 步（`total_step - tfinal`）起固定。最后的分配并不均匀：两层的 `q_proj`、`k_proj` 几乎被剪光，`v_proj`、`o_proj` 和 MLP 保留了大部分。这和任务的性质一致：输出符号只取决于同一位置的输入符号，不需要改变“看哪里”（由 Q、K 决定），要改的是“取到什么、怎么变换”（V、O 和 MLP）。换一个任务、换一个种子，分配都会不同；这正是 AdaLoRA 想要的：让数据决定秩花在哪里。还要记住：被剪掉的秩在 peft 里只是把 $\lambda$ 置 0，`lora_A`、`lora_B` 的形状不变，显存和计算量都不会因此下降。

@@ -14,6 +14,7 @@
 
 # %%
 import copy
+import datetime
 import importlib.metadata
 import logging
 import tempfile
@@ -24,10 +25,11 @@ import transformers
 
 import vramlab
 from vramlab.display import banner, mib, pad, use_cjk_font
-from vramlab.estimate import estimate, linear_shapes
+from vramlab.estimate import PHASE_ZH, estimate, linear_shapes
 from vramlab.models import build_model, count_params, get_preset
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.workload import Workload, from_reference_name
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的加载提示
@@ -35,6 +37,9 @@ logging.getLogger("bitsandbytes").setLevel(logging.ERROR)   # CPU 上缺可选�
 ON_GPU = banner()
 for lib in ("transformers", "peft", "bitsandbytes"):
     print(f"{lib:13s}", importlib.metadata.version(lib))
+    publish(lib, importlib.metadata.version(lib))
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 import bitsandbytes as bnb                     # noqa: E402  （导入较慢，放在版本信息之后）
 import bitsandbytes.functional as bnbF         # noqa: E402
@@ -63,6 +68,7 @@ print("  A（lora_A）：", tuple(q.lora_A["default"].weight.shape), "，B（lor
 print("  缩放系数 alpha/r =", q.scaling["default"], "；B 是否全为 0：", bool((q.lora_B["default"].weight == 0).all()))
 with torch.no_grad():
     print("  套上 LoRA 后 logits 与原模型的最大差：", (lora(input_ids=ids).logits - ref_logits).abs().max().item())
+    publish("lora_init_diff", (lora(input_ids=ids).logits - ref_logits).abs().max().item())
 lora.print_trainable_parameters()
 
 # %% [markdown]
@@ -103,6 +109,8 @@ def lora_count(model_name, r, targets):
 
 N_TINY, N_7B = count_params("llama-tiny"), count_params("llama-7b")
 print(f"llama-tiny 共 {N_TINY:,} 个参数；llama-7b 共 {N_7B:,} 个参数\n")
+publish("n_7b", f"{N_7B:,}")
+checked = 0
 print(pad("r", 4), pad("目标模块", 12), pad("tiny：peft 实数", 16), pad("tiny：公式", 12), pad("7B：可训练参数", 16),
       pad("占 7B 的比例", 12), "7B 适配器（FP32 权重+梯度+AdamW，16 字节/参数）")
 for r in (4, 8, 16, 64):
@@ -114,6 +122,17 @@ for r in (4, 8, 16, 64):
         n7 = lora_count("llama-7b", r, tname)
         print(pad(str(r), 4), pad(tname, 12), pad(f"{counted:,}", 16), pad(f"{formula:,}", 12), pad(f"{n7:,}", 16),
               pad(f"{n7 / N_7B:.4%}", 12), f"{n7 * 16 / 2**20:,.0f} MiB")
+        key = f"lora7_{r}_{'qv' if tname == 'q,v' else 'all'}"
+        publish(f"{key}_n", f"{n7:,}")
+        publish(f"{key}_share", n7 / N_7B, fmt="{:.4%}")
+        publish(f"{key}_mib", f"{n7 * 16 / 2**20:,.0f}")
+        checked += 1
+publish("lora_checked", checked)
+publish("lora7_16_all_share2", lora_count("llama-7b", 16, "all-linear") / N_7B, fmt="{:.2%}")
+publish("lora7_64_all_share1", lora_count("llama-7b", 64, "all-linear") / N_7B, fmt="{:.1%}")
+publish("lora7_64_all_gib", lora_count("llama-7b", 64, "all-linear") * 16 / 2**30, fmt="{:.1f}")
+publish("base_bf16_gb", N_7B * 2 / 1e9, fmt="{:.1f}")
+publish("base_bf16_gib", N_7B * 2 / 2**30, fmt="{:.1f}")
 
 # %% [markdown]
 # 再把 7B 的“模型状态”（参数、梯度、优化器状态，不含激活值）按三种做法算一遍（纯算术）：
@@ -132,8 +151,10 @@ rows = [("全量微调（混合精度 + Adam）", N_7B * 16),
         ("QLoRA r=16 all-linear，NF4 基座", linear_7b * nf4_bytes + (N_7B - linear_7b) * 2 + r16 * 16)]
 print(f"7B 里线性层权重 {linear_7b:,} 个（{linear_7b / N_7B:.1%}），其余（词嵌入、输出层、RMSNorm）{N_7B - linear_7b:,} 个\n")
 print(pad("做法", 34), pad("模型状态 GB（十进制）", 22), "GiB")
-for label, nbytes in rows:
+for (label, nbytes), key in zip(rows, ("full", "lora", "qlora")):
     print(pad(label, 34), pad(f"{nbytes / 1e9:.1f}", 22), f"{nbytes / 2**30:.1f}")
+    publish(f"state_{key}_gb", nbytes / 1e9, fmt="{:.1f}")
+    publish(f"state_{key}_gib", nbytes / 2**30, fmt="{:.1f}")
 
 # %% [markdown]
 # ## 3. 显存账：全量微调 vs LoRA（`llama-tiny`，真实张量）
@@ -203,6 +224,35 @@ print(f"llama-tiny，批大小 {BATCH}，序列长度 {SEQ}，AdamW；第 2 步�
 show(runs)
 print("\n第 1 步的损失（LoRA 的 B 从 0 开始，所以与全量微调相同）：",
       sorted({round(x["losses"][0], 6) for x in runs}))
+first = sorted({round(x["losses"][0], 6) for x in runs})
+publish("first_losses", "、".join(f"{v:.6f}" for v in first))
+publish("first_losses_n", len(first))
+
+
+def publish_run(x, key):
+    """一行表格的数：可训练参数、各类别、峰值（含与不含 cuBLAS 工作区）。"""
+    ws = x["bd"].get("cuda_overhead", 0)
+    publish(f"{key}_trainable", f"{x['trainable']:,}")
+    for c, short in (("parameters", "param"), ("optimizer_state", "opt"), ("activations", "act"), ("temporaries", "temp")):
+        publish(f"{key}_{short}_mib", mib(x["bd"].get(c, 0)), fmt="{:.2f}")
+    publish(f"{key}_peak_mib", mib(x["peak"]), fmt="{:.2f}")
+    publish(f"{key}_net_mib", mib(x["peak"] - ws), fmt="{:.2f}")
+    publish(f"{key}_loss1", x["losses"][0], fmt="{:.4f}")
+
+
+KEYS3 = ["full", "qv4", "qv8", "qv16", "qv64", "all8", "all64"]
+for x, key in zip(runs, KEYS3):
+    publish_run(x, key)
+net = {key: round(mib(x["peak"] - x["bd"].get("cuda_overhead", 0)), 2) for x, key in zip(runs, KEYS3)}
+act = {key: round(mib(x["bd"].get("activations", 0)), 2) for x, key in zip(runs, KEYS3)}
+ws = runs[0]["bd"].get("cuda_overhead", 0)
+publish("ws_mib", mib(ws), fmt="{:.0f}")
+publish("ws_each_mib", mib(ws) / 2, fmt="{:.0f}")                          # 前向、反向各一个
+publish("sum_gap_max_mib", max(abs(net[k] - sum(round(mib(x["bd"].get(c, 0)), 2) for c in CATS))
+                               for x, k in zip(runs, KEYS3)), fmt="{:.2f}")
+publish("qv_rank_growth_mib", net["qv64"] - net["qv4"], fmt="{:.2f}")
+publish("act_full_minus_qv8_mib", act["full"] - act["qv8"], fmt="{:.2f}")
+publish("full_vs_qv8_pct", 1 - runs[2]["peak"] / runs[0]["peak"], fmt="{:.0%}")
 
 # %% [markdown]
 # 怎么读这张表：
@@ -263,6 +313,8 @@ extra = [next(x for x in runs if x["label"] == "LoRA r=8 all-linear"),
          measure("BF16 基座 LoRA（适配器升 FP32）", lambda dev: bf16_lora(dev, True)),
          measure("BF16 基座 LoRA（适配器 BF16）", lambda dev: bf16_lora(dev, False))]
 show(extra)
+for x, key in zip(extra[1:], ("dropout", "bf16_full", "bf16_lora32", "bf16_lora16")):
+    publish_run(x, key)
 p = get_preset("llama-tiny")
 per_layer_in = sum(i for t, (i, o, _) in linear_shapes(p).items())
 print(f"\n参照：每层 7 个线性层的输入维度之和 = {per_layer_in}；"
@@ -280,7 +332,10 @@ print(f"\n参照：每层 7 个线性层的输入维度之和 = {per_layer_in}�
 ref = {r.name: r for r in reference_rows()}
 print(pad("配置", 34), pad("H200 MiB", 10), pad("模拟 MiB", 10), pad("偏差", 9), pad("可训练参数", 13),
       *(pad(c, 9) for c in ("参数", "优化器", "激活值", "临时")), "峰值时刻")
-for name in ("small_fp32_adamw_b8_s512", "small_fp32_lora_b8_s512", "small_bf16weights_lora_b8_s512"):
+H5 = dict(zip(("small_fp32_adamw_b8_s512", "small_fp32_lora_b8_s512", "small_bf16weights_lora_b8_s512"),
+              ("full", "lora", "lorabf16")))
+h5 = {}
+for name in H5:
     m = measure_workload(from_reference_name(name), backend="cuda" if ON_GPU else "sim", fake=not ON_GPU)
     h = ref[name].steady_mib
     bd = m.breakdown
@@ -288,6 +343,16 @@ for name in ("small_fp32_adamw_b8_s512", "small_fp32_lora_b8_s512", "small_bf16w
           pad(f"{(mib(m.peak_bytes) - h) / h:+.2%}", 9), pad(f"{m.trainable_params:,}", 13),
           *(pad(f"{mib(bd.get(c, 0)):.1f}", 9) for c in ("parameters", "optimizer_state", "activations", "temporaries")),
           m.peak_where.split(" @ ")[0])
+    key = f"h5_{H5[name]}"
+    h5[H5[name]] = (h, m)
+    publish(f"{key}_h200", h)
+    publish(f"{key}_sim", mib(m.peak_bytes), fmt="{:.1f}")
+    publish(f"{key}_trainable", f"{m.trainable_params:,}")
+    for c, short in (("parameters", "param"), ("optimizer_state", "opt"), ("activations", "act"), ("temporaries", "temp")):
+        publish(f"{key}_{short}", mib(bd.get(c, 0)), fmt="{:.1f}")
+publish("h5_act_saved_mib", mib(h5["full"][1].breakdown["activations"] - h5["lora"][1].breakdown["activations"]), fmt="{:.0f}")
+publish("h5_lora_cut", 1 - h5["lora"][0] / h5["full"][0], fmt="{:.0%}")
+publish("h5_lorabf16_cut", 1 - h5["lorabf16"][0] / h5["full"][0], fmt="{:.0%}")
 
 # %% [markdown]
 # 在这个配置下（批大小 8，序列长度 512），激活值和 logits 是峰值的大头：LoRA 把优化器状态从近 1 GiB 降到几 MiB，激活值也因为冻结层不存输入而少了一截，但两者合起来只让峰值从 7925 MiB 降到 6219 MiB（H200）。把冻结的基座换成 BF16，参数和激活值都减半，峰值到 4397 MiB。“临时”一栏（反向开始时 log-softmax 的几份 $[b, s, V]$ 梯度）三行完全一样：LoRA 对 logits 无能为力。
@@ -298,7 +363,7 @@ for name in ("small_fp32_adamw_b8_s512", "small_fp32_lora_b8_s512", "small_bf16w
 #
 # QLoRA 的 NF4 是 16 个码值的非均匀码表，码值取在标准正态分布的分位点上（两端各保留一个 $\pm 1$，0 精确可表示）；每 64 个权重一块，各用自己的 absmax 归一化。bitsandbytes 的 `quantize_4bit` 在 CPU 上可以直接运行。下面量化一块 $1024 \times 1024$、服从正态分布的权重，比较 NF4 与 FP4，以及双重量化（`compress_statistics=True`：把每块的 FP32 absmax 再按 256 个一组量化成 8 位）前后每个参数实际占的位数。
 
-# %%
+# %% tags=["nf4code"]
 code = bnbF.get_4bit_type("nf4", device="cpu")
 print("NF4 的 16 个码值：", " ".join(f"{v:+.4f}" for v in code.tolist()))
 
@@ -322,6 +387,11 @@ for qt in ("nf4", "fp4"):
         sb = state_bytes(qs)
         print(pad(f"{qt.upper()}{' + 双重量化' if nested else ''}", 24), pad(f"{nbytes:,}", 12), pad(f"{sb:,}", 14),
               pad(f"{(nbytes + sb) * 8 / w.numel():.3f}", 10), f"{err:.4f}")
+        key = f"q_{qt}{'dq' if nested else ''}"
+        publish(f"{key}_bytes", f"{nbytes:,}")
+        publish(f"{key}_const", f"{sb:,}")
+        publish(f"{key}_bits", (nbytes + sb) * 8 / w.numel(), fmt="{:.3f}")
+        publish(f"{key}_err", err, fmt="{:.4f}")
 print(f"对照：FP32 {w.numel() * 4:,} 字节（32 位/参数），BF16 {w.numel() * 2:,} 字节（16 位/参数）")
 
 # %% [markdown]
@@ -356,6 +426,8 @@ qruns = [extra[0]]
 for kind, label in (("int8", "INT8 基座（Linear8bitLt）+ LoRA"), ("nf4", "NF4 基座（Linear4bit）+ LoRA")):
     qruns.append(measure(label, lambda dev, k=kind: prepare(quantize_base(tiny_on(dev), k), 8, "all-linear")))
 show(qruns)
+for x, key in zip(qruns, ("qb_fp32", "qb_int8", "qb_nf4")):
+    publish_run(x, key)
 print("\n第 1、2 步损失：", {x["label"]: [round(v, 4) for v in x["losses"]] for x in qruns})
 w4 = next(m for m in quantize_base(build_model("llama-tiny"), "nf4").modules() if isinstance(m, bnb.nn.Linear4bit))
 print("Linear4bit 的权重：", type(w4.weight).__name__, w4.weight.dtype, tuple(w4.weight.shape),
@@ -389,12 +461,17 @@ with tempfile.TemporaryDirectory() as tmp:
           "；is_loaded_in_4bit =", qmodel.is_loaded_in_4bit)
     print(f"get_memory_footprint()：FP32 {fp32_model.get_memory_footprint():,} 字节，"
           f"4 位加载 {qmodel.get_memory_footprint():,} 字节")
+    publish("footprint_fp32", f"{fp32_model.get_memory_footprint():,}")
+    publish("footprint_4bit", f"{qmodel.get_memory_footprint():,}")
     qmodel = prepare_model_for_kbit_training(             # 冻结、非量化参数升 FP32、开梯度检查点
         qmodel, gradient_checkpointing_kwargs={"use_reentrant": False})
     print("prepare_model_for_kbit_training 之后：梯度检查点 =", qmodel.is_gradient_checkpointing,
           "；词嵌入 dtype =", qmodel.model.embed_tokens.weight.dtype)
     qmodel = get_peft_model(qmodel, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
     qmodel.print_trainable_parameters()
+    n_train, n_all = qmodel.get_nb_trainable_parameters()
+    publish("qmodel_trainable", f"{n_train:,}")
+    publish("qmodel_share", n_train / n_all, fmt="{:.4%}")
     qmodel.train()
     batch = torch.randint(0, 1024, (2, 32), generator=torch.Generator().manual_seed(1)).to(qmodel.device)
     loss = qmodel(input_ids=batch, labels=batch).loss
@@ -430,6 +507,8 @@ cases = [("全量微调，混合精度（BF16 autocast）", Workload(model="llam
          ("QLoRA r=16 q,v", Workload(model="llama-7b", batch=1, seq=1024, precision="bf16", lora_rank=16), True),
          ("QLoRA r=16 q,v + 检查点", Workload(model="llama-7b", batch=1, seq=1024, precision="bf16", lora_rank=16,
                                       checkpointing="full"), True)]
+EST_KEYS = dict(zip((c[0] for c in cases), ("mixed", "bf16", "lora", "lora_ckpt", "qlora", "qlora_ckpt")))
+PHASES = {**PHASE_ZH, "optimizer_step": "`optimizer.step()`"}      # 估算器给出的峰值时刻，中文名
 print(pad("配置（llama-7b，批大小 1，序列长度 1024）", 42), pad("估算峰值 GiB", 14),
       *(pad(c, 9) for c in ("参数", "梯度", "优化器", "激活值", "logits", "临时")), "峰值时刻")
 for label, wl, ql in cases:
@@ -437,6 +516,11 @@ for label, wl, ql in cases:
     bd = e.breakdown
     print(pad(label, 42), pad(f"{e.total_bytes / 2**30:.1f}", 14),
           *(pad(f"{bd[c] / 2**30:.2f}", 9) for c in KEYS7), e.peak_phase)
+    key = EST_KEYS[label]
+    publish(f"est_{key}_gib", e.total_bytes / 2**30, fmt="{:.1f}")
+    for c, short in zip(KEYS7, ("param", "grad", "opt", "act", "logits", "temp")):
+        publish(f"est_{key}_{short}", bd[c] / 2**30, fmt="{:.2f}")
+    publish(f"est_{key}_phase", PHASES.get(e.peak_phase, e.peak_phase))
 
 # %% [markdown]
 # 小结：LoRA 砍掉的是与可训练参数成正比的那几块（梯度、优化器状态，以及冻结层为权重梯度保存的输入）；基座本身要靠量化（BF16 → INT8 → NF4）来压；剩下的激活值要靠激活检查点（[第 7 章](ch07.md)）。QLoRA 的标准写法把这三件事放在了一起：4 位基座、LoRA、`prepare_model_for_kbit_training` 默认打开的梯度检查点。

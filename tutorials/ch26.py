@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。全部用真实张量、FP32。
 
 # %%
+import datetime
 import logging
 import warnings
 
@@ -30,10 +31,15 @@ import vramlab
 from vramlab.display import banner, mib, pad, use_cjk_font
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, get_preset
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner(f"transformers {transformers.__version__}，peft {peft.__version__}")
 BACKEND = "auto"
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
+publish("peft", peft.__version__)
 PRESET = "llama-tiny"
 P = get_preset(PRESET)
 L, H, HEADS, KV = P.n_layers, P.hidden, P.heads, P.kv_heads
@@ -95,6 +101,13 @@ for name in (PRESET, "llama-7b"):
             hp_ = (p.kv_heads * p.hidden // p.heads) if hp == "default" else hp
             f = f"{formula(name, method, N_VT, hp_):,}"
         print(pad(name, 12), pad(label, 26), pad(f"{trainable:,}", 17), pad(f, 15), f"{trainable / base:.4%}")
+        if name == "llama-7b":
+            key = {"Prompt Tuning": "prompt", "Prefix Tuning": "prefix", "Prefix + MLP（h' 默认）": "proj_default",
+                   "Prefix + MLP（h' = 512）": "proj512", "LoRA r=8（q、v）": "lora"}[label]
+            publish(f"p7_{key}_n", f"{trainable:,}")
+            publish(f"p7_{key}_share", trainable / base, fmt="{:.4%}")
+            publish(f"p7_{key}_fp32_mb", trainable * 4 / 1e6, fmt="{:.2f}")
+            publish(f"p7_{key}_state_gb", trainable * 16 / 1e9, fmt="{:.1f}")
         del model
 
 # %% [markdown]
@@ -176,6 +189,23 @@ for zh, key in METHODS:
     print(pad(zh, 20), pad(f"{r['trainable']:,}", 11), cells, pad(f"{mib(r['peak']):.2f}", 6),
           f"{mib(r['peak'] - ws):.2f}")
 print("峰值位置：", {key: STEP[key]["where"].split(" @ ")[-1] for _, key in METHODS})
+for _, key in METHODS:
+    r = STEP[key]
+    publish(f"{key}_trainable", f"{r['trainable']:,}")
+    for c in ("parameters", "optimizer_state", "activations", "temporaries"):
+        publish(f"{key}_{c}_mib", mib(r["bd"].get(c, 0)), fmt="{:.3f}")
+    publish(f"{key}_peak_mib", mib(r["peak"]), fmt="{:.2f}")
+    publish(f"{key}_net_mib", round(mib(r["peak"]), 2) - round(mib(r["bd"].get("cuda_overhead", 0))), fmt="{:.2f}")
+ws = STEP["full"]["bd"].get("cuda_overhead", 0)
+publish("ws_mib", mib(ws), fmt="{:.0f}")
+publish("ws_each_mib", mib(ws) / 2, fmt="{:.0f}")
+full_parts = [round(mib(STEP["full"]["bd"].get(c, 0)), 3) for c in ("parameters", "optimizer_state", "activations", "temporaries")]
+publish("full_parts_sum", sum(full_parts), fmt="{:.3f}")
+publish("prefix_over_full", (round(mib(STEP["prefix"]["peak"]), 2) - round(mib(ws))) / (round(mib(STEP["full"]["peak"]), 2) - round(mib(ws))), fmt="{:.0%}")
+publish("param_mib_1", mib(STEP["full"]["bd"]["parameters"]), fmt="{:.1f}")
+publish("prompt_minus_prefix_act_mib", mib(STEP["prompt"]["bd"]["activations"] - STEP["prefix"]["bd"]["activations"]), fmt="{:.1f}")
+publish("prompt_minus_prefix_temp_mib", mib(STEP["prompt"]["bd"]["temporaries"] - STEP["prefix"]["bd"]["temporaries"]), fmt="{:.1f}")
+publish("norm_logits_mib", B * S * P.vocab * 4 / 2**20, fmt="{:.0f}")            # 一份 FP32 logits（算术）
 
 # %% [markdown]
 # 先看“可训练参数”一列和“优化器状态”一列：五种 PEFT 做法的优化器状态都不到 0.2 MiB，是全量微调（4.77 MiB）的零头。梯度一列在峰值时刻都是 0：这几个模型的峰值都出现在交叉熵的反向（`LogSoftmaxBackward0`）里，那时参数梯度还没有生成（`zero_grad(set_to_none=True)` 把上一步的梯度释放了）。
@@ -219,7 +249,7 @@ plt.show()
 #
 # 下面只做一次前向加反向（不建优化器），量“前向结束时为反向保存的激活值”（模拟设备上取 `dev.breakdown(at_peak=False)["activations"]`，即前向里产生、此刻仍活着的张量，含 logits 和损失）以及前向加反向的峰值（扣掉 cuBLAS 工作区）。
 
-# %%
+# %% tags=["sweep"]
 def fwd_bwd(method, n):
     with vramlab.open_device(BACKEND) as dev:
         model = prepare(build_model(PRESET, device=dev.torch_device), method, n=n)
@@ -274,6 +304,16 @@ print(f"  Prompt Tuning：{slope_prompt:,.0f} 字节；预测 = 参照行的保�
 print(f"  Prefix Tuning：{slope_prefix:,.0f} 字节；预测 2·L·B·h·4 = {2 * L * B * H * 4:,} 字节"
       f"（K、V 复制到 {HEADS} 个查询头）；若按 KV 头 2·L·B·d_kv·4 = {2 * L * B * D_KV * 4:,} 字节")
 print(f"  两者之比：{slope_prompt / slope_prefix:.1f} 倍")
+publish("slope_prompt", f"{slope_prompt:,.0f}")
+publish("slope_prompt_pred", f"{s0 / S:,.0f}")
+publish("slope_prefix", f"{slope_prefix:,.0f}")
+publish("slope_prefix_pred_q", f"{2 * L * B * H * 4:,}")
+publish("slope_prefix_pred_kv", f"{2 * L * B * D_KV * 4:,}")
+publish("slope_ratio", slope_prompt / slope_prefix, fmt="{:.1f}")
+publish("sweep_n0_saved_mib", mib(s0), fmt="{:.3f}")
+for n in NS[1:]:
+    publish(f"sweep_prompt_{n}_saved_mib", mib(SWEEP[("prompt", n)][0]), fmt="{:.3f}")
+    publish(f"sweep_prefix_{n}_saved_mib", mib(SWEEP[("prefix", n)][0]), fmt="{:.3f}")
 
 # %% [markdown]
 # - **Prompt Tuning**：每多一个虚拟 token，保存的激活值就多出“参照行 ÷ $S$”那么多，和预测几乎分毫不差。虚拟 token 就是真 token：每一层、每个算子（包括 logits 和交叉熵）都多处理一个位置。$n = 128$ 时序列翻倍，保存的激活值也翻倍。
@@ -308,6 +348,12 @@ for label, b in [(lab, b) for lab, _, _ in PROJ for b in (4, 16) if (lab, b) in 
 for b in (4, 16):
     print(f"预测：批大小 {b}、h' = 512 时 MLP 为反向保存的 [B, n, d_kv] 与 [B, n, h'] = "
           f"{b} × {N} × ({D_KV} + 512) × 4 字节 = {mib(b * N * (D_KV + 512) * 4):.3f} MiB")
+    r, r0 = PROJ_RES[("MLP，h' = 512", b)], PROJ_RES[("不用 MLP", b)]
+    publish(f"proj512_b{b}_extra_act_mib", mib(r["bd"].get("activations", 0) - r0["bd"].get("activations", 0)), fmt="{:.3f}")
+    publish(f"proj512_b{b}_pred_mib", mib(b * N * (D_KV + 512) * 4), fmt="{:.3f}")
+for label, key in (("不用 MLP", "noproj"), ("MLP，h' = 512", "proj512")):
+    r = PROJ_RES[(label, 4)]
+    publish(f"{key}_b4_net_mib", mib(r["peak"] - r["bd"].get("cuda_overhead", 0)), fmt="{:.3f}")
 
 # %% [markdown]
 # 在 `llama-tiny` 上，MLP 的参数、优化器状态和 $B$ 份中间结果都不大；但第 1 节已经算过，同样的做法搬到 7B 上，MLP 有 10 亿级参数。训练完之后，peft 保存的是 MLP 算出来的前缀本身：
@@ -317,6 +363,8 @@ pm = get_peft_model(build_model(PRESET), peft_config("prefix", N, prefix_project
 sd = get_peft_model_state_dict(pm)
 trainable, _ = pm.get_nb_trainable_parameters()
 print("训练时的可训练参数：", f"{trainable:,}")
+publish("proj512_trainable", f"{trainable:,}")
+publish("saved_shape", str(tuple(next(iter(sd.values())).shape)))
 print("get_peft_model_state_dict 保存的张量：", {k: tuple(v.shape) for k, v in sd.items()},
       f"= {sum(v.numel() for v in sd.values()):,} 个数 = n × L × 2 × d_kv = {N * L * 2 * D_KV:,}")
 del pm
@@ -358,6 +406,13 @@ with vramlab.open_device(BACKEND) as dev:
                                     for i, a in enumerate(TASKS) for b in TASKS[i + 1:]))
     print(f"三个任务各存一份全量微调的模型：{mib(3 * base_bytes):.3f} MiB；"
           f"一个基座 + 三个前缀：{mib(base_bytes + sum(per_task)):.3f} MiB")
+    publish("mt_base_mib", mib(base_bytes), fmt="{:.3f}")
+    publish("mt_per_task_mib", "、".join(sorted({f"{mib(x):.4f}" for x in per_task})))      # 各任务相同时只有一个数
+    publish("mt_formula_mib", mib(N * L * 2 * D_KV * 4), fmt="{:.4f}")
+    publish("mt_extra_bytes", "、".join(sorted({str(x - N * L * 2 * D_KV * 4) for x in per_task})))
+    publish("mt_switch_bytes", switch_cost)
+    publish("mt_three_full_mib", mib(3 * base_bytes), fmt="{:.3f}")
+    publish("mt_shared_mib", mib(base_bytes + sum(per_task)), fmt="{:.3f}")
 
 
 # %% [markdown]
@@ -395,6 +450,7 @@ with vramlab.open_device(BACKEND) as dev:
 print("混合批次的输出形状：", tuple(mixed.shape))
 print("与逐个任务单独计算一致：", torch.allclose(mixed, ref, atol=1e-5),
       f"（最大差 {float((mixed - ref).abs().max()):.2e}）")
+publish("mixed_max_diff", f"{float((mixed - ref).abs().max()):.2e}")
 
 # %% [markdown]
 # 混合批次与逐个任务算的结果一致。服务多个任务时，这意味着一个基座、一次前向就能同时回答不同任务的请求，每个请求只多带 $L \times 2 \times n \times d_{kv}$ 个数的前缀（Prompt Tuning 更简单：每行在输入嵌入前拼上自己任务的那 $n$ 个向量即可；peft 的 `MultitaskPromptTuningConfig` 用 `task_ids` 参数支持这种批次）。

@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。本教程全部用真实张量。
 
 # %%
+import datetime
 import logging
 import os
 import tempfile
@@ -29,10 +30,17 @@ from peft import (LoraConfig, PeftModel, PrefixTuningConfig, PromptEncoderConfig
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner(f"transformers {transformers.__version__}，peft {peft.__version__}")
 CUBLAS = 64 * 2**20 if not ON_GPU else 0       # 模拟设备里两个 cuBLAS 工作区共 64 MiB，比较时扣掉
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
+publish("peft", peft.__version__)
+KEYS = {"全量微调": "full", "P-Tuning v1（MLP）": "v1mlp", "P-Tuning v1（LSTM）": "v1lstm", "P-Tuning v2": "v2",
+        "v2 + 投影（默认）": "proj", "v2 + 投影（512）": "proj512", "LoRA r=8": "lora", "v2 + LoRA": "v2lora"}
 
 # %% [markdown]
 # ## 1. 可训练参数：谁多谁少，落在哪里
@@ -129,6 +137,11 @@ for label, make in METHODS:
     parts = "；".join(f"{k} {v:,}" for k, v in bd.items()) if label != "全量微调" else "全部参数"
     print(pad(label, 22), pad(f"{n:,}", 18), pad(f"{100 * n / total:.2f}%", 9), pad(parts, 40),
           f"{n7:,}（{100 * n7 / total7:.3f}%）")
+    key = KEYS[label]
+    publish(f"cnt_{key}_tiny", f"{n:,}")
+    publish(f"cnt_{key}_7b", f"{n7:,}")
+    names = {"嵌入": "前缀表"} if not ({"MLP", "LSTM"} & set(bd)) else {}     # 没有投影时，“嵌入”就是前缀表本身
+    publish(f"cnt_{key}_parts", "，".join(f"{names.get(k, k)} {v:,}" for k, v in bd.items()) if label != "全量微调" else "全部")
 
 # %% [markdown]
 # 几点值得注意（逐条对照上表）：
@@ -183,6 +196,23 @@ for label, r in rows.items():
           pad(f"{r['peak'] / full:.2f}", 11), pad(f"{mib(bd['parameters']):.2f}", 7),
           pad(f"{mib(bd['activations']):.2f}", 8), pad(f"{mib(bd['temporaries']):.2f}", 7),
           f"{r['losses'][0]:.4f} → {r['losses'][-1]:.4f}")
+for label, r in rows.items():
+    key = KEYS[label]
+    publish(f"{key}_n", f"{r['n']:,}")
+    publish(f"{key}_state_kib", r["state"] / 1024, fmt="{:.1f}")
+    publish(f"{key}_net_mib", mib(r["peak"]), fmt="{:.2f}")
+    publish(f"{key}_ratio", r["peak"] / full, fmt="{:.2f}")
+    publish(f"{key}_act_mib", mib(r["bd"]["activations"]), fmt="{:.2f}")
+ws = rows["全量微调"]["bd"].get("cuda_overhead", CUBLAS)
+assert ws == CUBLAS, "扣掉的常数要等于测得的 cuBLAS 工作区"
+publish("ws_mib", mib(ws), fmt="{:.0f}")
+publish("full_peak_mib", round(mib(full), 2) + round(mib(ws)), fmt="{:.2f}")
+v1 = rows["P-Tuning v1（MLP）"]["peak"]
+publish("v1mlp_ratio_with_ws", (round(mib(v1), 2) + round(mib(ws))) / (round(mib(full), 2) + round(mib(ws))), fmt="{:.2f}")
+shares = [mib(ws) / (mib(r["peak"]) + mib(ws)) for r in rows.values()]
+publish("ws_share_span", f"{min(shares):.0%}–{max(shares):.0%}")
+combo = rows["v2 + LoRA"]["peak"] - max(rows["P-Tuning v2"]["peak"], rows["LoRA r=8"]["peak"])
+publish("combo_extra_mib", mib(combo), fmt="{:.2f}")
 
 # %% [markdown]
 # 读这张表：
@@ -246,6 +276,13 @@ for p in PS:
     sweep[p] = (r1, r2)
     print(pad(str(p), 6), pad(f"{mib(r1['bd']['activations']):.2f}", 15), pad(f"{mib(r1['peak']):.2f}", 13),
           pad(f"{mib(r2['bd']['activations']):.2f}", 15), pad(f"{mib(r2['peak']):.2f}", 13), f"{r2['n']:,}")
+    publish(f"sw{p}_v1_act", mib(r1["bd"]["activations"]), fmt="{:.2f}")
+    publish(f"sw{p}_v1_net", mib(r1["peak"]), fmt="{:.2f}")
+    publish(f"sw{p}_v2_act", mib(r2["bd"]["activations"]), fmt="{:.2f}")
+    publish(f"sw{p}_v2_net", mib(r2["peak"]), fmt="{:.2f}")
+    publish(f"sw{p}_v2_n", f"{r2['n']:,}")
+publish("sw_v1_growth", sweep[PS[-1]][0]["bd"]["activations"] / sweep[PS[0]][0]["bd"]["activations"], fmt="{:.1f}")
+publish("sw_v2_growth", sweep[PS[-1]][1]["bd"]["activations"] / sweep[PS[0]][1]["bd"]["activations"] - 1, fmt="{:.0%}")
 
 # %% [markdown]
 # v1 每多一个虚拟 token，每层就多一整个 token 的激活值（注意力、FFN、归一化都算一遍，logits 也多一行）；v2 每多一个虚拟 token，每层只多 $2 d_{kv}$ 个数的键值，外加注意力分数矩阵多一列。序列长度是 64 时，$P = 128$ 的 v1 相当于把序列长度变成三倍。画出来：
@@ -337,6 +374,9 @@ loss_hand = hand(input_ids=ids, labels=ids).loss
 loss_hand.backward()
 print(f"peft 损失 {loss_ref.item():.6f}，手写损失 {loss_hand.item():.6f}，"
       f"前缀梯度最大差 {(hand.prefix.table.grad - ref.prompt_encoder.default.embedding.weight.grad).abs().max().item():.1e}")
+publish("hand_loss_peft", loss_ref.item(), fmt="{:.6f}")
+publish("hand_loss_hand", loss_hand.item(), fmt="{:.6f}")
+publish("hand_grad_diff", f"{(hand.prefix.table.grad - ref.prompt_encoder.default.embedding.weight.grad).abs().max().item():.1e}")
 
 # %% [markdown]
 # 一致。下面在同样的批次上训练这四种配置，读可训练参数、AdamW 状态（从 `optimizer.state` 里逐个张量加起来）和峰值；最后一列是把同样的做法放到 Llama-2-7B 的形状上（$L = 32$，$d_{kv} = 4096$）算出的可训练参数。
@@ -358,6 +398,13 @@ for label, make, formula in SHARING:
     assert r["n"] == formula(2, 64, None)
     print(pad(label, 24), pad(f"{r['n']:,}", 10), pad(f"{r['state'] / 1024:.1f}", 15), pad(f"{mib(r['peak']):.2f}", 10),
           pad(f"{r['losses'][0]:.4f} → {r['losses'][-1]:.4f}", 18), f"{n7:,}（AdamW 状态 {mib(8 * n7):.1f} MiB）")
+    key = {"不共享（peft 默认）": "none", "共享 MLP，h=4": "h4", "共享 MLP，h=512": "h512", "所有层共用一份（手写）": "all"}[label]
+    publish(f"share_{key}_n", f"{r['n']:,}")
+    publish(f"share_{key}_state_kib", r["state"] / 1024, fmt="{:.1f}")
+    publish(f"share_{key}_net_mib", mib(r["peak"]), fmt="{:.2f}")
+    publish(f"share_{key}_n7", f"{n7:,}")
+    publish(f"share_{key}_state7_mib", mib(8 * n7), fmt="{:.1f}")
+    publish(f"share_{key}_state7_gib", 8 * n7 / 2**30, fmt="{:.1f}")
 
 # %% [markdown]
 # 共享省的是可训练参数本身，以及跟着它成比例的梯度（每参数 4 字节）和 AdamW 状态（每参数 8 字节）。在 7B 的形状上，不共享的前缀连同它的梯度和 AdamW 状态合计 $4{,}194{,}304 \times 16$ 字节 = 64 MiB，本来就不大；真正要警惕的是反方向：$h = 512$ 的投影在 7B 形状上是 1.37 亿个可训练参数，光 AdamW 状态就超过 1 GiB。激活值几乎不受影响，因为每层的键值前缀长度不变；峰值只在参数变多（$h = 512$）时上升。
@@ -384,6 +431,10 @@ n_infer = sum(p.numel() for p in loaded.prompt_encoder.parameters())
 print(f"训练时提示编码器：{n_train:,} 个参数；{[tuple(p.shape) for p in trained.prompt_encoder.parameters()]}")
 print(f"加载后提示编码器：{n_infer:,} 个参数；{[tuple(p.shape) for p in loaded.prompt_encoder.parameters()]}")
 print(f"adapter_model.safetensors：{size:,} 字节；两者 logits 的最大差 {(out_train - out_loaded).abs().max().item():.1e}")
+publish("save_n_train", f"{n_train:,}")
+publish("save_n_infer", f"{n_infer:,}")
+publish("save_bytes", f"{size:,}")
+publish("save_logits_diff", f"{(out_train - out_loaded).abs().max().item():.1e}")
 
 # %% [markdown]
 # ### 4.2 BF16 基座、FP32 前缀
@@ -401,6 +452,9 @@ with vramlab.open_device("auto") as dev:
     cache_bytes = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     print(f"批大小 {B} 时前缀在键值缓存里占 {cache_bytes:,} 字节 = B·L·2·P·d_kv·2 = "
           f"{B * 2 * 2 * P * 64 * 2:,}（算术）")
+    publish("cache_bytes", f"{cache_bytes:,}")
+    publish("cache_table_shape", str(tuple(table.shape)))
+    publish("cache_key_shape", str(tuple(k0.shape)))
 
 # %% [markdown]
 # ### 4.3 键值缓存的视角
@@ -412,13 +466,16 @@ print(pad("P", 6), pad("每个样本 MiB", 14), pad("批大小 32 MiB", 15), "�
 for p in (16, 64, 128):
     per = 32 * 2 * p * 4096 * 2
     print(pad(str(p), 6), pad(f"{mib(per):.0f}", 14), pad(f"{mib(per * 32):.0f}", 15), p)
+    publish(f"kvp{p}_per_mib", mib(per), fmt="{:.0f}")
+    publish(f"kvp{p}_b32_mib", mib(per * 32), fmt="{:.0f}")
+    publish(f"kvp{p}_b32_gib", per * 32 / 2**30, fmt="{:.0f}")
 
 # %% [markdown]
 # ### 4.4 梯度检查点与前缀
 #
 # 激活检查点（梯度检查点）在反向时把一层的前向再算一遍。transformers 的 `GradientCheckpointingLayer` 为了防止重算时把缓存再更新一次，默认在检查点层里把 `past_key_values` 换成 `None`；而前缀正是通过 `past_key_values` 送进去的。peft 干脆在套前缀时检查：基座开了梯度检查点就报错。下面依次演示：先开检查点再套 peft；先套 peft 再开检查点。
 
-# %%
+# %% tags=["ckpt_errors"]
 m = build_model("llama-tiny")
 m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 try:
@@ -469,6 +526,13 @@ for ckpt, r in results.items():
     print(pad("开检查点" if ckpt else "不开检查点", 12), f"损失 {r['loss']:.6f}  峰值 {mib(r['peak']):.2f} MiB  "
           f"激活值 {mib(r['bd']['activations']):.2f} MiB  临时 {mib(r['bd']['temporaries']):.2f} MiB")
 print("前缀梯度最大差：", f"{(results[True]['grad'] - results[False]['grad']).abs().max().item():.1e}")
+for ckpt, r in results.items():
+    key = "ckpt_on" if ckpt else "ckpt_off"
+    publish(f"{key}_loss", r["loss"], fmt="{:.6f}")
+    publish(f"{key}_net_mib", mib(r["peak"]), fmt="{:.2f}")
+    publish(f"{key}_act_mib", mib(r["bd"]["activations"]), fmt="{:.2f}")
+    publish(f"{key}_temp_mib", mib(r["bd"]["temporaries"]), fmt="{:.2f}")
+publish("ckpt_grad_diff", f"{(results[True]['grad'] - results[False]['grad']).abs().max().item():.1e}")
 
 # %% [markdown]
 # 损失和梯度完全相同，峰值时刻的激活值从整层的中间结果降到每层一个输入，代价是反向时多算一遍前向。注意这个开关的前提是缓存只读：对会被写入的普通 `DynamicCache` 打开它，重算时前缀后面会再拼一次键值，结果就错了。
@@ -480,7 +544,7 @@ print("前缀梯度最大差：", f"{(results[True]['grad'] - results[False]['gr
 # 1. `get_peft_model` 会冻结基座里的全部参数，包括先注入的 LoRA（所以 `v2_lora()` 里要重新打开）；
 # 2. `save_pretrained()` 只保存前缀（`prompt_embeddings`），LoRA 的权重不在里面，要自己另存。
 
-# %%
+# %% tags=["combo"]
 m = inject_adapter_in_model(LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), build_model("llama-tiny"))
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -14,6 +14,7 @@
 
 # %%
 import contextlib
+import datetime
 import functools
 import math
 
@@ -23,12 +24,16 @@ import transformers
 
 import vramlab
 from vramlab.display import banner, mib, pad, use_cjk_font
-from vramlab.models import build_model, get_preset
+from vramlab.models import build_model, count_params, get_preset
+from vramlab.reference import reference_rows
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner()
 FAKE = not ON_GPU          # GPT-2 small 的训练在模拟设备上用 FakeTensorMode（只有形状、没有数据）
 ZH = use_cjk_font()        # 没有中文字体时图里只用英文标签，避免出现方框
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 激活值卸载：`save_on_cpu` 到底搬了什么
@@ -129,6 +134,11 @@ for k, label in [("none", "不卸载"), ("dev", "dev.save_on_cpu()"), ("traffic"
     print(pad(label, 34), pad(f"{mib(r['peak']):.1f}", 14), pad(f"{mib(r['acts']):.1f}", 16),
           pad(" ".join(f"{x:.4f}" for x in r["losses"]), 26), f"{diff:.1e}")
 print(f"\n每步从显存搬到主存：{mib(tiny['traffic']['d2h']):.1f} MiB（反向时同样多的字节搬回来）")
+for k in ("none", "dev", "traffic"):
+    publish(f"tiny_{k}_peak_mib", mib(tiny[k]["peak"]), fmt="{:.1f}")
+publish("tiny_d2h_mib", mib(tiny["traffic"]["d2h"]), fmt="{:.1f}")
+publish("tiny_max_param_diff", f"{max(max((a - b).abs().max().item() for a, b in zip(tiny[k]['params'], tiny['none']['params'])) for k in ('dev', 'traffic')):.1e}")
+publish("tiny_same_losses", "逐位相同" if tiny["dev"]["losses"] == tiny["none"]["losses"] == tiny["traffic"]["losses"] else "不完全相同")
 
 # %% [markdown]
 # 这个小模型的峰值里还有两个 32 MiB 的 cuBLAS 工作区（前向线程和反向线程各一个），它们不随卸载变化；看“激活值”这一列更清楚。损失和参数逐位相同：卸载只改变张量**住在哪里**，不改变计算。
@@ -138,7 +148,13 @@ print(f"\n每步从显存搬到主存：{mib(tiny['traffic']['d2h']):.1f} MiB（
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`，PyTorch 2.11.0+cu130，2026-11-29）里有一对只差激活值卸载的配置：GPT-2 small，FP32，AdamW，批大小 8，序列 512，`small_fp32_adamw_b8_s512` 与 `small_fp32_adamw_b8_s512_saveoncpu`（`torch.autograd.graph.save_on_cpu(pin_memory=True)`）。下面在 FakeTensorMode 下跑同样的两步（第 1 步热身，读第 2 步的峰值），并用 `Traffic` 数出每步的传输量。`train_run` 还支持后面几节要用的开关。
 
 # %%
-H200 = {"none": 7925, "act": 3853}            # MiB，来自 vramlab/data/h200_gpt2_peaks.md
+REF = {r.name: r for r in reference_rows()}   # vramlab/data/h200_gpt2_peaks.md
+H200 = {"none": REF["small_fp32_adamw_b8_s512"].steady_mib, "act": REF["small_fp32_adamw_b8_s512_saveoncpu"].steady_mib,
+        "ckpt": REF["small_fp32_adamw_b8_s512_ckpt"].steady_mib}
+for k, name in (("none", "small_fp32_adamw_b8_s512"), ("act", "small_fp32_adamw_b8_s512_saveoncpu"),
+                ("ckpt", "small_fp32_adamw_b8_s512_ckpt")):
+    publish(f"h200_{k}_mib", REF[name].steady_mib)
+    publish(f"h200_{k}_ms", REF[name].step_ms, fmt="{:.1f}")
 
 
 class HostAdamW:
@@ -226,6 +242,10 @@ for key, row in (("A", "none"), ("B", "act")):
     print(f"{key}  模拟设备 {mib(r['peak']):7.1f} MiB   H200 {H200[row]} MiB   偏差 {dev_pct:+.2f}%   峰值位置 {r['where']}")
 print(f"\nB 每步：显存 -> 主存 {mib(runs['B']['d2h']):.1f} MiB，主存 -> 显存 {mib(runs['B']['h2d']):.1f} MiB，"
       f"共 {runs['B']['n']} 个保存的张量")
+publish("b_n_packed", runs["B"]["n"])
+publish("b_d2h_gib", runs["B"]["d2h"] / 2**30, fmt="{:.1f}")
+publish("b_oneway_ms", runs["B"]["d2h"] / 63e9 * 1e3, fmt="{:.0f}")
+publish("ab_max_dev", max(abs(mib(runs[k]["peak"]) - H200[row]) / H200[row] for k, row in (("A", "none"), ("B", "act"))), fmt="{:.2%}")
 
 # %% [markdown]
 # 峰值时刻的组成（MiB）：
@@ -247,6 +267,8 @@ LABELS = {"A": "A 不卸载", "B": "B save_on_cpu（全部保存的张量）", "
           "D": "D 激活检查点", "E": "E 检查点 + 整个前向卸载", "F": "F 检查点 + 只卸载 block 输入",
           "G": "G 优化器状态卸载（主存 AdamW）", "H": "H = F + G"}
 print_breakdown(["A", "B"], LABELS)
+for k in "AB":
+    publish(f"{k.lower()}_act_mib", mib(runs[k]["bd"].get("activations", 0)), fmt="{:.1f}")
 
 # %% [markdown]
 # 两种做法的峰值都出现在反向刚开始（对 log-softmax 求梯度）。不卸载时，那一刻 4.7 GiB 的激活值都还在；卸载后激活值几乎为 0，剩下的大头是临时张量：FP32 的 logits 一份就是 $8 \times 512 \times 50257 \times 4$ 字节 ≈ 785 MiB，log-softmax 的输出和它的梯度同时存在。B 的临时张量比 A 多了约一份 logits，因为被卸载的 log-softmax 输出此刻刚被拷回来，成了一份新的显存张量。激活值卸载碰不到这些临时张量，想再往下降，要靠分块计算损失（[第 15 章](ch15.md)）之类的办法。
@@ -279,12 +301,26 @@ for k in "ABCDEFGH":
     ms = r["d2h"] / 1e9 / PCIE5_GBps * 1e3
     print(pad(LABELS[k], 36), pad(f"{mib(r['peak']):.1f}", 10), pad(f"{r['peak'] / base:.2f}", 10),
           pad(f"{mib(r['d2h']):.1f}", 14), pad(f"{mib(r['h2d']):.1f}", 14), f"{ms:.1f}")
+for k in "ABCDEFGH":
+    r = runs[k]
+    publish(f"{k.lower()}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"{k.lower()}_ratio", r["peak"] / base, fmt="{:.2f}")
+    publish(f"{k.lower()}_d2h_mib", mib(r["d2h"]), fmt="{:.1f}")
+publish("d_vs_h200_ckpt", abs(mib(runs["D"]["peak"]) - H200["ckpt"]) / H200["ckpt"], fmt="{:.2%}")
+publish("b_minus_c_d2h_mib", mib(runs["B"]["d2h"] - runs["C"]["d2h"]), fmt="{:.1f}")
+publish("param_fp32_mib", count_params("gpt2-small") * 4 / 2**20, fmt="{:.1f}")
+publish("f_minus_e_peak_mib", mib(runs["F"]["peak"] - runs["E"]["peak"]), fmt="{:.0f}")
+publish("e_over_f_d2h", runs["E"]["d2h"] / runs["F"]["d2h"], fmt="{:.0f}")
+publish("e_minus_f_d2h_gib", (runs["E"]["d2h"] - runs["F"]["d2h"]) / 2**30, fmt="{:.1f}")
 
 # %% [markdown]
 # 峰值时刻的组成：
 
 # %%
 print_breakdown("CDEFGH", LABELS)
+for k in "CDEFGH":
+    publish(f"{k.lower()}_act_mib", mib(runs[k]["bd"].get("activations", 0)), fmt="{:.1f}")
+    publish(f"{k.lower()}_opt_mib", mib(runs[k]["bd"].get("optimizer_state", 0)), fmt="{:.1f}")
 
 # %% [markdown]
 # 读这两张表：
@@ -304,6 +340,7 @@ for k, ref_key, label in PAIRS:
     saved = runs[ref_key]["peak"] - runs[k]["peak"]
     print(pad(label, 32), pad(f"{mib(saved):.1f}", 16), pad(f"{mib(runs[k]['d2h']):.1f}", 14),
           f"{saved / runs[k]['d2h']:.2f}")
+    publish(f"save_per_mib_{k.lower()}", saved / runs[k]["d2h"], fmt="{:.2f}")
 
 # %% [markdown]
 # 再把传输量换成时间：H200 上这个配置一步是 87.0 ms（参考表实测）。B 每个方向 100 ms 以上，比整步计算还长，就算拷贝与计算完美重叠也藏不住，何况 `save_on_cpu` 的拷贝就排在计算流上；参考表里这一行每步从 87.0 ms 变成 346.2 ms，与此相符。G 每个方向不到 10 ms，放到另一条流上与反向重叠，完全藏得住。
@@ -322,6 +359,8 @@ ax.set_title("GPT-2 small，FP32，b8 s512：卸载前后的显存时间线" if 
 ax.legend(fontsize=8, loc="upper right")
 fig.tight_layout()
 plt.show()
+publish("a_tl_max_mib", max(mib(e["allocated"]) for e in runs["A"]["timeline"]), fmt="{:.1f}")
+publish("bfh_tl_max_mib", max(mib(e["allocated"]) for k in "BFH" for e in runs[k]["timeline"]), fmt="{:.0f}")
 
 # %% [markdown]
 # ## 3. 推理时逐层加载权重：只留一两层在显存里
@@ -411,6 +450,7 @@ def stream_compare(name, fake, batch=1, seq=256):
 
 
 # 先在真实张量的小模型上确认：逐层加载不改变输出
+# %% tags=["stream"]
 check, _ = stream_compare("tiny", fake=False, seq=128)
 ref = check["全部常驻"]["out"]
 print("tiny（真实张量）logits 与全部常驻的最大差：",
@@ -423,6 +463,22 @@ print(f"\nGPT-2 medium：每个 GPT2Block 的 FP32 权重 {mib(info['block']):.1
 print(pad("方案（GPT-2 medium 推理，b1 s256）", 36), pad("峰值 MiB", 10), pad("同时在显存的层数", 18), "每次前向 H2D MiB")
 for label, r in stream_rows.items():
     print(pad(label, 36), pad(f"{mib(r['peak']):.1f}", 10), pad(str(r["resident"]), 18), f"{mib(r['h2d']):.1f}")
+publish("stream_tiny_maxdiff", f"{max((r['out'] - ref).abs().max().item() for k, r in check.items() if k != '全部常驻'):.1e}")
+publish("stream_block_mib", mib(info["block"]), fmt="{:.1f}")
+publish("stream_layers", info["layers"])
+publish("stream_resident_mib", mib(info["resident"]), fmt="{:.1f}")
+SK = {"全部常驻": "all", "逐层，不预取": "pf0", "逐层，预取 1 层": "pf1", "逐层，预取 2 层": "pf2"}
+for label, r in stream_rows.items():
+    publish(f"stream_{SK[label]}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"stream_{SK[label]}_layers", r["resident"])
+publish("stream_h2d_mib", mib(stream_rows["逐层，不预取"]["h2d"]), fmt="{:.1f}")
+steps = [round(mib(stream_rows[b]["peak"]), 1) - round(mib(stream_rows[a]["peak"]), 1)
+         for a, b in (("逐层，不预取", "逐层，预取 1 层"), ("逐层，预取 1 层", "逐层，预取 2 层"))]
+publish("stream_prefetch_step_mib", f"{min(steps):.1f}" if f"{min(steps):.1f}" == f"{max(steps):.1f}" else f"{min(steps):.1f}–{max(steps):.1f}")
+streamed = [mib(e["allocated"]) for k in ("逐层，不预取", "逐层，预取 1 层", "逐层，预取 2 层") for e in stream_rows[k]["timeline"]]
+publish("stream_tl_min_mib", min(streamed), fmt="{:.0f}")
+publish("stream_tl_max_mib", max(streamed), fmt="{:.0f}")
+publish("stream_all_tl_max_mib", max(mib(e["allocated"]) for e in stream_rows["全部常驻"]["timeline"]), fmt="{:.0f}")
 
 # %% [markdown]
 # 逐层加载把 24 层权重（1153.2 MiB）换成了“同时只有 1 到 3 层”，输出不变（上面 `tiny` 的最大差是 0）；每多预取一层，峰值就多一层权重（48.1 MiB）。每次前向要搬的字节却不变：所有块的权重每次前向都要过一遍 PCIe。这就是推理卸载的根本代价：批大小为 1 的自回归生成每产生一个 token 都要把所有层搬一遍，速度由 PCIe 带宽决定，而不是由 GPU 算力决定（第 4 节有算式）。
@@ -460,6 +516,12 @@ for tokens in (2048, 16384):
     print(f"每层 {layer_params / 1e6:.1f}M 参数，BF16 {layer_params * 2 / 1e6:.1f} MB：拷贝 {copy_ms:.2f} ms；"
           f"{tokens} 个 token 的计算 {comp:.2f} ms")
 print(f"拷贝与计算持平所需的 token 数 ≈ 989e12 / 63e9 = {PEAK_TFLOPS * 1e12 / (PCIE5_GBps * 1e9):,.0f}")
+publish("llama_layer_yi", layer_params / 1e8, fmt="{:.3f}")
+publish("llama_layer_mb", layer_params * 2 / 1e6, fmt="{:.1f}")
+publish("llama_copy_ms", copy_ms, fmt="{:.2f}")
+for tokens in (2048, 16384):
+    publish(f"llama_comp_{tokens}_ms", 2 * layer_params * tokens / (PEAK_TFLOPS * 1e12) * 1e3, fmt="{:.2f}")
+publish("llama_breakeven_tokens", f"{PEAK_TFLOPS * 1e12 / (PCIE5_GBps * 1e9):,.0f}")
 
 
 def gantt(ax, comp_ms, copy_ms, layers=4, prefetch=True, title=""):
@@ -484,7 +546,8 @@ for col, tokens in enumerate((2048, 16384)):
     comp = 2 * layer_params * tokens / (PEAK_TFLOPS * 1e12) * 1e3
     for row, pf in enumerate((False, True)):
         name = ("预取" if pf else "不预取") if ZH else ("prefetch" if pf else "no prefetch")
-        gantt(axes[row][col], comp, copy_ms, prefetch=pf, title=f"{tokens} tokens, {name}")
+        total = gantt(axes[row][col], comp, copy_ms, prefetch=pf, title=f"{tokens} tokens, {name}")
+        publish(f"gantt_{tokens}_{'pf' if pf else 'nopf'}_ms", total, fmt="{:.1f}")
     axes[1][col].set_xlabel("时间 (ms，算术示意)" if ZH else "time (ms, arithmetic sketch)")
 fig.suptitle("Llama-7B 的 4 层逐层加载：PCIe 5.0 x16 与 H200 BF16 峰值算力（算术，非实测）" if ZH else
              "Streaming 4 Llama-7B layers: PCIe 5.0 x16 vs H200 BF16 peak (arithmetic, not measured)", fontsize=10)

@@ -188,16 +188,17 @@ def _workload(args) -> Workload:
 
 
 def _print_breakdown(title: str, total: int, breakdown: dict, notes: dict | None = None):
+    from .plan import _pad, _width          # CJK characters take two terminal columns
     print(title)
-    width = max(len(CATEGORY_ZH.get(k, k)) for k in breakdown) + 2
-    print(f"  {'类别':<{width}}{'显存':>12}  {'占比':>6}")
+    width = max(_width(CATEGORY_ZH.get(k, k)) for k in breakdown) + 2
+    print(f"  {_pad('类别', width)}{'显存':>10}  {'占比':>4}")
     for key, value in breakdown.items():
         share = f"{100 * value / total:5.1f}%" if total else "   -  "
-        line = f"  {CATEGORY_ZH.get(key, key):<{width}}{fmt_bytes(value):>12}  {share}"
+        line = f"  {_pad(CATEGORY_ZH.get(key, key), width)}{fmt_bytes(value):>12}  {share}"
         if notes and notes.get(key):
             line += f"  {notes[key]}"
         print(line)
-    print(f"  {'合计':<{width}}{fmt_bytes(total):>12}")
+    print(f"  {_pad('合计', width)}{fmt_bytes(total):>12}")
 
 
 def cmd_estimate(args):
@@ -233,12 +234,14 @@ def cmd_measure(args):
     print(f"测量结果（{where}，torch {m.torch_version}）")
     # The three figures come from different moments: each peak is the largest value over the
     # measured steps (reached at different instants), the fragmentation is read after the last one.
-    from .plan import _pad
-    for label, value in (("稳态峰值（已分配，测量步中最大的时刻）", m.peak_bytes),
-                         ("第一步峰值（已分配）", m.first_step_peak_bytes),
-                         ("已保留的峰值（测量步中最大的时刻，与上一行不一定同时）", m.reserved_peak_bytes),
-                         ("碎片（测量结束时的 已保留 − 已分配）", m.fragmentation_bytes)):
-        print(f"  {_pad(label, 56)}{fmt_bytes(value):>12}")
+    from .plan import _pad, _width
+    rows = (("稳态峰值（已分配，测量步中最大的时刻）", m.peak_bytes),
+            ("第一步峰值（已分配）", m.first_step_peak_bytes),
+            ("已保留的峰值（测量步中最大的时刻，与已分配峰值不一定同时）", m.reserved_peak_bytes),
+            ("碎片（测量结束时的 已保留 − 已分配）", m.fragmentation_bytes))
+    width = max(_width(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"  {_pad(label, width)}{fmt_bytes(value):>12}")
     if m.step_ms is not None and not m.fake:
         print(f"  单步耗时            {m.step_ms:.1f} ms")
     if m.nvml_process_bytes:
@@ -410,6 +413,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["evidence"]:            # its own parser: options before the folder, -h, --help
         from .evidence import main as evidence_main
         return evidence_main(argv[1:])
+    if argv[:1] == ["grade-class"]:         # its own parser (grader/slurm.py): the batch's options and Slurm's
+        from .grader.slurm import main as grade_class_main
+        return grade_class_main(argv[1:])
     with stop_on_signals():
         try:
             args = build_parser().parse_args(argv)

@@ -19,8 +19,11 @@ micro-batch are one *recipe*; recipes are ranked by `step_cost` of their largest
 micro-batch (below). The best recipes are then run on the simulated device under FakeTensorMode
 with the card's budget (single GPU only: the simulated device runs one process): a recipe whose
 micro-batch does not fit there backs off to the next smaller micro-batch, then gives way to the
-next recipe, and each micro-batch one size up is run too, to show it would not fit. What was
-skipped, and why, is part of the result.
+next recipe, and each micro-batch one size up is run too: where it fits there after all (the
+estimate times the overhead errs on the safe side) the plan takes it, with a note; otherwise the
+result shows that it would not fit. What was skipped, and why, is part of the result (8-bit AdamW
+below the threshold, recipes off the per-method Pareto front, micro-batches that ran out of
+memory on the simulated device, MoE QLoRA).
 
 The cost model (`step_cost`): seconds of one optimizer step on one GPU at peak rates, no overlap.
 It ranks; it does not predict wall time (real steps reach a fraction of peak).
@@ -804,12 +807,16 @@ def bench_workloads(p: Preset) -> list[tuple[str, Workload]]:
              Workload(model=p.name, batch=1, seq=seq, precision=full, checkpointing="full"))]
 
 
-def _pad(text: str, width: int) -> str:
-    """Left-align `text` in `width` terminal columns (CJK characters take two)."""
+def _width(text: str) -> int:
+    """Terminal columns of `text` (CJK characters take two)."""
     import unicodedata
 
-    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-    return text + " " * max(0, width - cols)
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """Left-align `text` in `width` terminal columns (CJK characters take two)."""
+    return text + " " * max(0, width - _width(text))
 
 
 def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:

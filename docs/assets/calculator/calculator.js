@@ -81,7 +81,7 @@
     grid.appendChild(field("dropout", number("dropout", 0, "0.05")));
     grid.appendChild(field("梯度累积步数", number("accum", 1)));
     grid.appendChild(field("QLoRA（基座线性层用 NF4）", checkbox("qlora")));
-    grid.appendChild(field("AdamW foreach（GPU 默认）", checkbox("foreach")));
+    grid.appendChild(field("foreach 实现（AdamW、Adafactor；AdamW 在 GPU 上默认）", checkbox("foreach")));
     grid.appendChild(field("只做推理（前向）", checkbox("inference")));
     more.appendChild(grid);
     form.appendChild(more);

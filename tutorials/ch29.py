@@ -40,6 +40,7 @@ import vramlab
 from vramlab.display import banner, pad, mib
 from vramlab.estimate import estimate, param_count, zero_model_state_bytes
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.workload import Workload
 
 transformers.logging.set_verbosity_error()
@@ -47,6 +48,9 @@ warnings.filterwarnings("ignore")
 ON_GPU = banner(f"accelerate {accelerate.__version__}")
 T_START = time.perf_counter()
 GiB = 1024**3
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("accelerate", accelerate.__version__)
 
 # %% [markdown]
 # ## 1. ZeRO 的账：论文公式与 DeepSpeed 自带的估算函数
@@ -95,6 +99,12 @@ print(pad("配置", 30), pad("论文公式 GiB", 14), "DeepSpeed 估算函数 Gi
 for name, paper, ds in rows:
     print(pad(name, 30), pad("-" if paper is None else f"{paper / GiB:.2f}", 14),
           "-" if ds is None else f"{ds / GiB:.2f}")
+DSKEY = dict(zip((r[0] for r in rows), ("z0", "z1", "z2", "z2off", "z3", "z3off", "z3both")))
+for name, paper, ds in rows:
+    publish(f"ds_{DSKEY[name]}_paper", "—" if paper is None else f"{paper / GiB:.2f}")
+    publish(f"ds_{DSKEY[name]}_ds", "—" if ds is None else f"{ds / GiB:.2f}")
+publish("psi_7b", f"{PSI:,}")
+publish("largest_7b", f"{LARGEST:,}")
 
 # %% [markdown]
 # 两套数字的差别有来处：DeepSpeed 的估算多算了一份 FP32 梯度分片（$2\Psi/N$ 的差），ZeRO-3 还多了最大一层的完整参数。它们都只算**模型状态**，不含激活值。注意 DeepSpeed 打印这些数时用的单位写作“GB”，实际除的是 $2^{30}$，也就是 GiB。
@@ -102,8 +112,7 @@ for name, paper, ds in rows:
 # 把激活值也算上，用 `vramlab.estimate`（BF16 混合精度 + AdamW，批大小 1、序列长度 2048；ZeRO 1–3 按 DeepSpeed 的做法建模），再比较“不做激活检查点”和“完整检查点”（相当于 Megatron 的 `--recompute-granularity full`）：
 
 # %%
-PHASE_ZH = {"forward_end": "前向末尾", "backward_start": "反向开始", "backward_end": "反向末尾",
-            "optimizer_step": "优化器 step"}
+from vramlab.estimate import PHASE_ZH      # 估算器给出的峰值时刻，中文名
 print(pad("ZeRO", 6), pad("检查点", 10), pad("模型状态 GiB", 14), pad("估算峰值 GiB", 14), "峰值时刻")
 for z in (0, 1, 2, 3):
     for ck in ("none", "full"):
@@ -112,6 +121,9 @@ for z in (0, 1, 2, 3):
         e = estimate(w)
         print(pad(str(z), 6), pad(ck, 10), pad(f"{zero_model_state_bytes(PSI, z, N) / GiB:.2f}", 14),
               pad(f"{e.total_bytes / GiB:.2f}", 14), PHASE_ZH.get(e.peak_phase, e.peak_phase))
+        publish(f"est_z{z}_{ck}_state_gib", zero_model_state_bytes(PSI, z, N) / GiB, fmt="{:.2f}")
+        publish(f"est_z{z}_{ck}_peak_gib", e.total_bytes / GiB, fmt="{:.2f}")
+        publish(f"est_z{z}_{ck}_phase", PHASE_ZH.get(e.peak_phase, e.peak_phase))
 
 # %% [markdown]
 # ZeRO 只切模型状态；序列一长，激活值就成了 ZeRO-3 下的大头，这时要靠检查点（或 Megatron 的序列并行、张量并行）去切激活值。工具链里的各个选项，本质上就是在这两类显存上各自下刀。
@@ -169,6 +181,7 @@ for mp_ in ("no", "bf16"):
     for accum in (1, 4):
         acc_res[(mp_, accum)] = run_accelerate(mp_, accum)
 
+# %% tags=["acc"]
 print(f"{ACC_MODEL}：Ψ = {count_params(ACC_MODEL):,}；全局批次 {GLOBAL_B} × 序列长度 {ACC_T}，AdamW\n")
 print(pad("mixed_precision", 16), pad("累积", 5), pad("峰值 MiB", 10), pad("参数", 7), pad("梯度", 7),
       pad("优化器状态", 11), pad("激活值", 8), pad("临时", 7), pad("参数类型", 9), "三步的损失")
@@ -178,6 +191,14 @@ for (mp_, accum), r in acc_res.items():
           *[pad(f"{mib(bd.get(k, 0)):.2f}", w) for k, w in
             (("parameters", 7), ("gradients", 7), ("optimizer_state", 11), ("activations", 8), ("temporaries", 7))],
           pad(r["param_dtype"], 9), r["losses"])
+publish("acc_psi", f"{count_params(ACC_MODEL):,}")
+for (mp_, accum), r in acc_res.items():
+    bd = r["breakdown"]
+    publish(f"acc_{mp_}_{accum}_peak_mib", mib(r["peak"]), fmt="{:.2f}")
+    publish(f"acc_{mp_}_{accum}_act_mib", mib(bd.get("activations", 0)), fmt="{:.2f}")
+    publish(f"acc_{mp_}_{accum}_grad_mib", mib(bd.get("gradients", 0)), fmt="{:.2f}")
+publish("acc_bf16_minus_no_4_mib", round(mib(acc_res[("bf16", 4)]["peak"]), 2) - round(mib(acc_res[("no", 4)]["peak"]), 2), fmt="{:.2f}")
+publish("acc_same_losses_no", "相同" if acc_res[("no", 1)]["losses"] == acc_res[("no", 4)]["losses"] else "只差舍入")
 
 # %% [markdown]
 # 读这张表（各列是峰值时刻的分类，单位 MiB）：
@@ -191,13 +212,14 @@ for (mp_, accum), r in acc_res.items():
 for mp_ in ("no", "bf16"):
     a, b = acc_res[(mp_, 1)]["wsum"], acc_res[(mp_, 4)]["wsum"]
     print(f"mixed_precision={mp_!r}：参数之和 累积 1 = {a:.6f}，累积 4 = {b:.6f}，相对差 {abs(a - b) / abs(a):.1e}")
+    publish(f"acc_wsum_reldiff_{mp_}", f"{abs(a - b) / abs(a):.1e}")
 
 # %% [markdown]
 # ### `accelerate estimate-memory` 是怎么算的
 #
 # 命令行工具 `accelerate estimate-memory <模型名>` 要从 Hugging Face Hub 下载模型配置（这里离线，不能运行），然后在 meta 设备上建一个空模型，数出“最大一层”和“总大小”。它背后就是下面两个函数，都能在离线环境里直接调用：`accelerate.utils.calculate_maximum_sizes(model)` 和 `accelerate.commands.estimate.estimate_training_usage(bytes, mixed_precision)`。我们用 meta 设备上的 GPT-2 small 喂给它们：
 
-# %%
+# %% tags=["estmem"]
 from accelerate.commands.estimate import estimate_training_usage
 from accelerate.utils import calculate_maximum_sizes
 
@@ -354,11 +376,14 @@ for rank in (0, 1):
         r = res[rank][kind]
         print(f"rank {rank}  {pad(kind, 6)} 损失 {r['losses']}  参数之和 {r['wsum']:.6f}")
 print("参数完全一致：", len({round(res[r][k]["wsum"], 6) for r in (0, 1) for k in KINDS}) == 1)
+same_losses = all(res[r][k]["losses"] == res[r]["dp"]["losses"] for r in (0, 1) for k in KINDS)
+same_wsum = len({round(res[r][k]["wsum"], 6) for r in (0, 1) for k in KINDS}) == 1
+publish("zero_same", "完全相同" if same_losses and same_wsum else "不完全相同")
 
 # %% [markdown]
 # 再看显存。“反向后梯度”是反向刚结束时本 rank 上还活着的梯度字节数；“AdamW 状态”是本 rank 的优化器状态；其余列是第 3 步峰值时刻的分类（MiB）：
 
-# %%
+# %% tags=["zero_table"]
 psi = count_params(MODEL)
 print(f"{MODEL}：Ψ = {psi:,}，FP32 梯度整份 4Ψ = {mib(4 * psi):.2f} MiB，AdamW 状态整份 8Ψ = {mib(8 * psi):.2f} MiB\n")
 print(pad("写法", 7), pad("rank", 5), pad("峰值", 7), pad("反向后梯度", 11), pad("AdamW 状态", 11),
@@ -375,7 +400,14 @@ for kind in ("zero1", "zero2"):
     worst = max(res[r][kind]["peak"] for r in (0, 1))
     base = max(res[r]["dp"]["peak"] for r in (0, 1))
     print(f"\n{kind}：两个 rank 中较大的峰值是 dp 的 {worst / base:.2f} 倍", end="")
+    publish(f"{kind}_over_dp", worst / base, fmt="{:.2f}")
 print()
+for kind in KINDS:
+    for rank in (0, 1):
+        r = res[rank][kind]
+        publish(f"{kind}_r{rank}_peak_mib", mib(r["peak"]), fmt="{:.2f}")
+        publish(f"{kind}_r{rank}_grads_mib", mib(r["grads_alive"]), fmt="{:.2f}")
+        publish(f"{kind}_r{rank}_state_mib", mib(r["state"]), fmt="{:.2f}")
 
 # %% [markdown]
 # - `zero1` 的 AdamW 状态按张量分给两个 rank，但两个 rank 反向结束时都握着整份梯度（$4\Psi$）。
@@ -432,6 +464,8 @@ print(pad("工具", 11), pad("选项", 46), pad("切掉或搬走的", 36), "每�
 for r in rows:
     print(pad(r[0], 11), pad(r[1], 46), pad(r[2], 36), r[3])
 print(f"\n（Ψ = {PSI:,}；“—”表示它省的主要不是模型状态，或取决于运行时设置，见正文）")
+publish("tbl_megatron_distopt_gib", (6 + 12 / 8) * PSI / GiB, fmt="{:.2f}")
+publish("tbl_z1_gib", zero_model_state_bytes(PSI, 1, N) / GiB, fmt="{:.2f}")
 print(f"本教程总用时 {time.perf_counter() - T_START:.0f} 秒（只作参考，取决于机器负载）")
 
 # %% [markdown]

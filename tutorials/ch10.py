@@ -96,8 +96,7 @@ for stage in range(4):
 
 # %% tags=["zero_est"]
 rows = [("gpt2-small", 8, 512), ("llama-7b", 1, 1024)]
-PHASE_ZH = {"forward_end": "前向末尾", "backward_start": "反向开始", "backward_end": "反向末尾",
-            "optimizer_step": "优化器 step"}
+from vramlab.estimate import PHASE_ZH      # 估算器给每个峰值时刻的中文名
 print(cell("模型", 12, True), cell("ZeRO", 5), cell("模型状态（公式）", 17), cell("估算峰值", 10), cell("峰值时刻", 12))
 print(cell("", 12, True), cell("", 5), cell("GiB", 17), cell("GiB", 10))
 est_table = {}

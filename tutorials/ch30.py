@@ -14,7 +14,9 @@
 
 # %%
 import contextlib
+import datetime
 import logging
+import re
 import warnings
 from dataclasses import dataclass, replace
 
@@ -25,8 +27,10 @@ from torch.utils.checkpoint import checkpoint
 
 import vramlab
 from vramlab.display import banner, mib, pad, use_cjk_font
-from vramlab.estimate import estimate
+from vramlab.estimate import PHASE_ZH, estimate
 from vramlab.models import build_model, count_params
+from vramlab.reference import reference_rows
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.workload import Workload
 
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)   # 不打印与本章无关的 4-bit CPU 内核提示
@@ -44,6 +48,10 @@ FAKE = not ON_GPU              # 模拟设备上 GPT-2 small 用 FakeTensorMode
 MiB = 2 ** 20
 CARD = 2 * 2 ** 30             # 虚拟显卡：2 GiB（只算分配器的账，不含 CUDA 上下文）
 MODEL, B, S = "gpt2-small", 8, 512
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("card_gib", CARD / 2**30, fmt="{:.0f}")
+publish("card_mib", CARD / MiB, fmt="{:.0f}")
 
 # %% [markdown]
 # ## 0. 一个能组合各种技术的训练步
@@ -154,11 +162,23 @@ EST = [("FP32 + AdamW", dict()),
        ("+ 梯度累积 2×4", dict(precision="bf16-mixed", optimizer="adamw8bit", batch=4, accum=2)),
        ("+ 激活检查点", dict(precision="bf16-mixed", optimizer="adamw8bit", batch=4, accum=2, checkpointing="full"))]
 print(pad("配置", 20) + pad("估算峰值 MiB", 14) + pad("峰值时刻", 16) + "最大的一类")
-for name, kw in EST:
+EST_MIB = []
+TOP_ZH = {"activations": "激活值", "logits_and_loss": "logits 与损失", "optimizer_state": "优化器状态",
+          "parameters": "参数", "gradients": "梯度", "temporaries": "临时张量"}
+for i, (name, kw) in enumerate(EST):
     e = estimate(Workload(model=MODEL, batch=kw.pop("batch", B), seq=S, **kw))
     top = max(e.breakdown, key=e.breakdown.get)
     print(pad(name, 20) + pad(f"{mib(e.total_bytes):.1f}", 14) + pad(e.peak_phase, 16)
           + f"{top} {mib(e.breakdown[top]):.1f}")
+    EST_MIB.append(mib(e.total_bytes))
+    publish(f"est_{i}_mib", mib(e.total_bytes), fmt="{:.1f}")
+    publish(f"est_{i}_phase", PHASE_ZH.get(e.peak_phase, e.peak_phase))
+    publish(f"est_{i}_top", TOP_ZH.get(top, top))
+    publish(f"est_{i}_top_mib", mib(e.breakdown[top]), fmt="{:.1f}")
+REF = {r.name: r for r in reference_rows()}     # vramlab/data/h200_gpt2_peaks.md
+publish("est_vs_h200", abs(EST_MIB[0] - REF["small_fp32_adamw_b8_s512"].steady_mib) / REF["small_fp32_adamw_b8_s512"].steady_mib, fmt="{:.1%}")
+publish("est_over_card", EST_MIB[0] * MiB / CARD, fmt="{:.1f}")
+publish("est_0_gib", EST_MIB[0] / 1024, fmt="{:.1f}")
 
 # %% [markdown]
 # 估算说得很清楚：基线差了将近 4 倍，峰值在反向开始（`backward_start`），最大的一块是激活值；单靠混合精度或 8-bit 优化器远远不够，把批次切小（梯度累积）再加检查点之后，最大的一块变成了 logits 与损失，仍然高于 2 GiB。估算器的选项里没有分块交叉熵和优化器卸载，剩下的路要靠实测来走。
@@ -186,8 +206,15 @@ def train_on_card(r: Recipe, card=CARD, steps=2):
     return msg, peak, reserved
 
 
+# %% tags=["oom"]
 msg, _, _ = train_on_card(Recipe(), steps=1)
 print(msg.replace(". ", ".\n") if msg else "没有 OOM？")
+if msg:
+    publish("oom_request", re.search(r"Tried to allocate ([\d.]+ \w+)", msg).group(1))
+    publish("oom_allocated", re.search(r"([\d.]+ \w+) is allocated by PyTorch", msg).group(1))
+    publish("oom_unallocated", re.search(r"([\d.]+ \w+) is reserved by PyTorch but unallocated", msg).group(1))
+    where = re.search(r"发生在 ([\w.]+)", msg)
+    publish("oom_where", where.group(1) if where else "—")
 
 # %% [markdown]
 # 第一步的前向还没走完就放不下了。单看“要申请”和“已保留但未分配”两个数，空闲的总量比这次申请还多一点，像是[第 21 章](ch21.md)说的碎片；但“已分配”已经接近 2 GiB，而估算说整个训练步需要近 8 GiB。整理碎片只能让这一次申请成功，几十 MiB 之后照样 OOM：这是“活着的张量真的太多”，调 `PYTORCH_CUDA_ALLOC_CONF` 救不了，只能让活着的张量变少。
@@ -250,6 +277,23 @@ for name, r in LADDER:
           + pad(f"{mib(m['reserved']):.1f}", 12) + pad(delta, 10)
           + "".join(pad(f"{mib(m['bd'].get(c, 0)):.1f}", 12) for c in CATS) + m["where"])
     prev = m["peak"]
+for i, (name, _) in enumerate(LADDER):
+    m = results[name]
+    publish(f"lv{i}_peak", mib(m["peak"]), fmt="{:.1f}")
+    publish(f"lv{i}_reserved", mib(m["reserved"]), fmt="{:.1f}")
+    publish(f"lv{i}_fits", "跑通" if m["fits"] else "OOM")
+    for c in CATS:
+        publish(f"lv{i}_{c}", mib(m["bd"].get(c, 0)), fmt="{:.1f}")
+    if i:
+        d = results[LADDER[i - 1][0]]["peak"] - m["peak"]
+        publish(f"lv{i}_saved", mib(d), fmt="{:.0f}")
+        publish(f"lv{i}_delta", f"{-mib(d):+.0f}".replace("-", "−"))
+publish("lv0_peak_gib", mib(results[LADDER[0][0]]["peak"]) / 1024, fmt="{:.1f}")
+publish("lv1_cut", 1 - results[LADDER[1][0]]["peak"] / results[LADDER[0][0]]["peak"], fmt="{:.0%}")
+publish("lv5_gap_mib", mib(results[LADDER[5][0]]["reserved"] - results[LADDER[5][0]]["peak"]), fmt="{:.0f}")
+publish("total_saved", mib(results[LADDER[0][0]]["peak"] - results[LADDER[-1][0]]["peak"]), fmt="{:.1f}")
+first_fit = next(i for i, (name, _) in enumerate(LADDER) if results[name]["fits"])
+publish("first_fit_level", first_fit)
 
 # %% [markdown]
 # 逐级读这张表（数字都在上面的输出里）：
@@ -266,12 +310,16 @@ for name, r in LADDER:
 #
 # 比较第 5–7 级的已分配峰值和已保留峰值（缓存分配器向驱动要的显存总量，[第 11 章](ch11.md)）：
 
-# %%
+# %% tags=["margins"]
 print(pad("配置", 22) + pad("已分配峰值 MiB", 16) + pad("已保留峰值 MiB", 16) + "余量（卡 − 已保留峰值）MiB")
 for name, _ in LADDER[5:]:
     m = results[name]
     print(pad(name, 22) + pad(f"{mib(m['peak']):.1f}", 16) + pad(f"{mib(m['reserved']):.1f}", 16)
           + f"{mib(CARD - m['reserved']):.1f}")
+for i in range(5, len(LADDER)):
+    margin = mib(CARD - results[LADDER[i][0]]["reserved"])
+    publish(f"lv{i}_margin", margin, fmt="{:.0f}")
+    publish(f"lv{i}_over", -margin, fmt="{:.0f}")
 
 # %% [markdown]
 # 第 5 级的已分配峰值低于 2 GiB，已保留峰值却超过了它：缓存分配器按块取整、按段申请，段里切剩的空闲块装不下新的请求，报 OOM 之前释放缓存、重试也没用。**放得下要看已保留峰值，而不只是已分配峰值。**在真卡上，这正是 `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` 可能有帮助的场景（[第 11 章](ch11.md)；模拟设备没有模拟这个选项）。第 6 级跑通了，但余量只有一百多 MiB，生产环境里序列长度一变、评估或数据加载多占一点就会 OOM；第 7 级用更多的 PCIe 传输换来更宽的余量。选哪一级，取决于你更缺显存还是更缺时间（见正文“性能与显存平衡”）。
@@ -291,11 +339,17 @@ def losses_of(r: Recipe, steps=6):
 
 TINY = [(name, replace(r, chunk=64 if r.chunk else 0)) for name, r in LADDER]
 ref = losses_of(TINY[0][1])
+all_losses, max_diff = [], 0.0
 print(pad("配置", 22) + "".join(pad(f"第{i + 1}步", 10) for i in range(len(ref))) + "与基线的最大 |Δ损失|")
 for name, r in TINY:
     ls = ref if r == TINY[0][1] else losses_of(r)
     diff = max(abs(a - b) for a, b in zip(ls, ref))
     print(pad(name, 22) + "".join(pad(f"{x:.4f}", 10) for x in ls) + f"{diff:.2e}")
+    all_losses.append(ls)
+    max_diff = max(max_diff, diff)
+publish("loss_first", f"{ref[0]:.4f}")
+publish("loss_last_span", f"{min(ls[-1] for ls in all_losses):.4f}–{max(ls[-1] for ls in all_losses):.4f}")
+publish("loss_max_diff", f"{max_diff:.2e}")
 
 # %% [markdown]
 # 同一批数据上，八种配方的损失都从约 6.96 一起降到约 5.86。第 1 步只受前向影响：开了 BF16 的几行与基线相差不到 $10^{-4}$，四舍五入到小数点后 4 位时看不出来。之后几步还叠加了更新的差别：8-bit 状态的量化误差、梯度累积改变了加法顺序、优化器卸载换回了 FP32 AdamW。最后一列是 6 步里与基线差得最多的那一步，都在 $10^{-4}$ 量级，而且没有随步数放大。这就是“损失仍然正确”在实践中的含义：不是逐位相同，而是差别停留在数值精度的量级、不随训练累积。评分练习也按这个思路设容差。
@@ -344,6 +398,12 @@ for a, b in zip(names, names[1:]):
 first, last = results[names[0]], results[names[-1]]
 print(pad("累计（7 对 0）", 22) + "".join(pad(f"{mib(last['bd'].get(c, 0) - first['bd'].get(c, 0)):+.1f}", 12)
                                         for c in CATS + ["other"]) + f"{mib(last['peak'] - first['peak']):+.1f}")
+for a, b in zip(names, names[1:]):
+    i = names.index(b)
+    for c in CATS + ["other"]:
+        publish(f"d{i}_{c}", mib(results[b]["bd"].get(c, 0) - results[a]["bd"].get(c, 0)), fmt="{:+.1f}")
+for c in CATS + ["other"]:
+    publish(f"dtotal_{c}", mib(first["bd"].get(c, 0) - last["bd"].get(c, 0)), fmt="{:.1f}")
 
 # %% [markdown]
 # 逐级的差值要这样读：它是“峰值时刻”的组成之差，而峰值时刻本身会移动。例如加梯度累积之后，“梯度”一栏从 0 变成约 480 MiB：并不是累积让梯度变大了，而是峰值从“反向刚开始、还没有梯度”的时刻，移到了“前几个微批次的梯度已经常驻”的时刻。所以评分器按类别报告“省了多少”时，比较的是你的峰值时刻与起始代码的峰值时刻，看到某一类变成负的“节省”不要意外。

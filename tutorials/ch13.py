@@ -26,7 +26,9 @@ import transformers
 import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
+from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import from_reference_name
 
@@ -39,6 +41,8 @@ print("Python      ", platform.python_version())
 print("PyTorch     ", torch.__version__)
 print("transformers", transformers.__version__)
 print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 
 def pad(text, width):
@@ -57,7 +61,7 @@ def fit_line(xs, ys):
 #
 # 用 `tiny` 模型（FP32 + AdamW，序列长度 64）分别以批大小 1、2、4、8、16、32 训练。测量方法与 H200 参考表相同：第 1 步单独记一个峰值（**第一步峰值**），然后重置峰值再跑 1 步（**稳态峰值**，这时 AdamW 的状态已经存在）。读的都是已分配峰值（`max_allocated`）。
 
-# %%
+# %% tags=["tiny_line"]
 MODEL, T = "tiny", 64
 
 
@@ -99,6 +103,11 @@ if tiny[8].breakdown:
     static = bd["parameters"] + bd["gradients"] + bd["optimizer_state"] + bd["cuda_overhead"]
     print(f"批大小 8 峰值时刻的静态部分：参数 {bd['parameters']:.1f} + 梯度 {bd['gradients']:.1f} + "
           f"AdamW 状态 {bd['optimizer_state']:.1f} + cuBLAS 工作区 {bd['cuda_overhead']:.1f} = {static:.1f} MiB")
+    publish("tiny_static_mib", static, fmt="{:.1f}")
+    publish("tiny_adam_state_mib", bd["optimizer_state"], fmt="{:.1f}")
+    publish("tiny_icpt_minus_static_mib", round(t_icpt, 1) - round(static, 1), fmt="{:.1f}")
+publish("tiny_icpt_mib", t_icpt, fmt="{:.1f}")
+publish("tiny_slope_mib", t_slope, fmt="{:.2f}")
 
 # %% [markdown]
 # 六个点几乎落在一条直线上：截距就是与批大小无关的静态部分，斜率是**每多一个样本要多付的激活值**。`tiny` 的参数只有 59 万个，静态部分的大头是 cuBLAS 的两块工作区（前向、反向各 32 MiB）；峰值出现在前向刚结束、反向刚开始的时候，上一步的梯度已被 `zero_grad(set_to_none=True)` 释放，所以梯度一栏是 0（[第 5 章](ch05.md)解释过）。
@@ -108,7 +117,9 @@ if tiny[8].breakdown:
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`，PyTorch 2.11.0+cu130，2026-11-29）里 GPT-2 small、FP32 + AdamW、序列长度 512 有批大小 4、8、16、32 四行。同样的配置在本机上再测一遍：模拟设备上用 FakeTensorMode，有 GPU 时在真卡上测（显存不够的行会报 OOM）。
 
 # %%
-H200 = {4: (4699, 3747), 8: (7925, 6926), 16: (14320, 13369), 32: (27158, 26202)}   # 稳态、第一步，MiB
+REF = {r.name: r for r in reference_rows()}     # H200 参考表，同一个文件
+H200 = {b: (REF[f"small_fp32_adamw_b{b}_s512"].steady_mib, REF[f"small_fp32_adamw_b{b}_s512"].first_step_mib)
+        for b in (4, 8, 16, 32)}                # 稳态、第一步，MiB
 
 small = {}
 print("GPT-2 small，FP32 + AdamW，序列长度 512，已分配峰值（MiB）\n")
@@ -131,6 +142,19 @@ print(f"\nH200 实测拟合：稳态峰值 ≈ {h_icpt:.0f} MiB + b × {h_slope:
 if len(small) >= 2:
     s_slope, s_icpt = fit_line(list(small), [m.peak_bytes / MiB for m in small.values()])
     print(f"本机测量拟合：稳态峰值 ≈ {s_icpt:.0f} MiB + b × {s_slope:.1f} MiB")
+    publish("sim_slope_mib", s_slope, fmt="{:.1f}")
+    publish("sim_slope_int", round(s_slope))
+    publish("sim_slope_times8_mib", 8 * round(s_slope))
+    publish("sim_icpt_mib", s_icpt, fmt="{:.0f}")
+for b, m in small.items():
+    publish(f"sim_b{b}_steady_mib", m.peak_bytes / MiB, fmt="{:.0f}")
+devs = [m.peak_bytes / MiB / H200[b][0] - 1 for b, m in small.items()]
+firsts = [round(m.first_step_peak_bytes / MiB) - H200[b][1] for b, m in small.items()]
+publish("sim_dev_min", min(devs), fmt="{:.2%}")
+publish("sim_dev_max", max(devs), fmt="{:.2%}")
+publish("sim_dev_abs_max", max(abs(d) for d in devs), fmt="{:.2%}")
+publish("sim_first_dev_min_mib", f"{min(firsts):+d}".replace("-", "−"))
+publish("sim_first_dev_max_mib", f"{max(firsts):+d}".replace("-", "−"))
 
 n = count_params("gpt2-small")
 print(f"\n算术：FP32 参数 {n * 4 / MiB:.1f} MiB + AdamW 两个矩 {n * 8 / MiB:.1f} MiB + cuBLAS 工作区 64 MiB "
@@ -141,6 +165,85 @@ if 8 in small and small[8].breakdown:
              "temporaries": "临时张量", "cuda_overhead": "cuBLAS 工作区"}
     print("本机批大小 8 峰值时刻：" + "，".join(f"{names.get(k, k)} {v:.0f}" for k, v in bd.items() if v >= 0.5)
           + "（MiB）")
+    publish("sim_b8_activations_mib", bd["activations"], fmt="{:.0f}")
+    publish("sim_b8_temporaries_mib", bd["temporaries"], fmt="{:.0f}")
+    publish("sim_b8_act_plus_temp_mib", round(bd["activations"]) + round(bd["temporaries"]))
+publish("param_fp32_mib", n * 4 / MiB, fmt="{:.1f}")
+publish("adam_state_mib", n * 8 / MiB, fmt="{:.1f}")
+publish("bf16_copy_mib", n * 2 / MiB, fmt="{:.1f}")
+publish("static_sum_mib", round(n * 4 / MiB, 1) + round(n * 8 / MiB, 1) + 64, fmt="{:.1f}")
+
+# %% [markdown]
+# 正文“批大小与显存的关系”一节对 H200 的四行做的算术也在这里算好发布（最小二乘拟合、残差、两点斜率、吞吐量，以及激活检查点和 BF16 autocast 两行的斜率与截距）：
+
+# %% tags=["h200_fit"]
+bs = np.array(list(H200), float)
+ms = np.array([v[0] for v in H200.values()], float)
+sxy, sxx = float(((bs - bs.mean()) * (ms - ms.mean())).sum()), float(((bs - bs.mean()) ** 2).sum())
+slope = round(sxy / sxx, 1)
+icpt = round(ms.mean() - bs.mean() * slope)
+print(f"b̄ = {bs.mean():g}，M̄ = {ms.mean():g} MiB，Σ(b−b̄)(M−M̄) = {sxy:g}，Σ(b−b̄)² = {sxx:g}")
+print(f"斜率 {sxy / sxx:.2f} MiB/样本，截距 {ms.mean() - bs.mean() * sxy / sxx:.1f} MiB")
+publish("h200_mean_b", f"{bs.mean():g}")
+publish("h200_mean_m", f"{ms.mean():g}")
+publish("h200_sxy", f"{sxy:g}")
+publish("h200_sxx", f"{sxx:g}")
+publish("h200_slope_mib", slope, fmt="{:.1f}")
+publish("h200_icpt_mib", icpt)
+resid = [int(round(m - (ms.mean() + sxy / sxx * (b - bs.mean())))) for b, m in zip(bs, ms)]    # 与最小二乘直线的差
+print("残差（MiB）：", resid, f"最大占峰值 {max(abs(r) / m for r, m in zip(resid, ms)):.2%}")
+publish("h200_resid_max_share", max(abs(r) / m for r, m in zip(resid, ms)), fmt="{:.2%}")
+for b, r in zip(H200, resid):
+    publish(f"h200_resid_b{b}", f"{r:+d}".replace("-", "−"))
+publish("h200_two_point_slope_mib", (H200[32][0] - H200[4][0]) / 28, fmt="{:.1f}")
+publish("h200_icpt_minus_static_mib", icpt - round(round(n * 4 / MiB, 1) + round(n * 8 / MiB, 1) + 64))
+for b, (st, fi) in H200.items():
+    publish(f"h200_b{b}_steady_mib", st)
+    publish(f"h200_b{b}_first_mib", fi)
+    publish(f"h200_b{b}_diff_mib", st - fi)
+    publish(f"h200_b{b}_step_ms", REF[f"small_fp32_adamw_b{b}_s512"].step_ms, fmt="{:.1f}")
+    publish(f"h200_b{b}_samples_per_s", b / REF[f"small_fp32_adamw_b{b}_s512"].step_ms * 1000, fmt="{:.0f}")
+diffs = [st - fi for st, fi in H200.values()]
+publish("h200_diff_min_mib", min(diffs))
+publish("h200_diff_max_mib", max(diffs))
+publish("h200_b8_to_b32_peak_ratio", H200[32][0] / H200[8][0], fmt="{:.1f}")
+tput = {b: b / REF[f"small_fp32_adamw_b{b}_s512"].step_ms for b in H200}
+publish("h200_b8_to_b32_tput_gain", tput[32] / tput[8] - 1, fmt="{:.0%}")
+acc = REF["small_fp32_adamw_b8x4accum_s512"]
+publish("h200_accum_step_ms", acc.step_ms, fmt="{:.1f}")
+publish("h200_accum_samples_per_s", 32 / acc.step_ms * 1000, fmt="{:.0f}")
+publish("h200_accum_steady_mib", acc.steady_mib)
+# 每个 token 的激活值与序列 128 的预测（SDPA）
+per_token = round(slope / 512, 3)
+publish("h200_per_token_mib", per_token, fmt="{:.3f}")
+publish("h200_pred_b8_s128_mib", icpt + 1024 * per_token, fmt="{:.0f}")
+publish("h200_b8_s128_mib", REF["small_fp32_adamw_b8_s128"].steady_mib)
+publish("h200_b8_s1024_mib", REF["small_fp32_adamw_b8_s1024"].steady_mib)
+# 两点（b8、b32）的斜率和截距：FP32、激活检查点、BF16 autocast
+lines = {}
+for key, fmt_name in (("fp32", "small_fp32_adamw_b{}_s512"), ("ckpt", "small_fp32_adamw_b{}_s512_ckpt"),
+                      ("bf16", "small_bf16autocast_adamw_b{}_s512")):
+    m8, m32 = REF[fmt_name.format(8)].steady_mib, REF[fmt_name.format(32)].steady_mib
+    sl = round((m32 - m8) / 24, 1)
+    ic = round(m8 - 8 * sl)
+    lines[key] = (sl, ic)
+    print(f"{key:5s} b8 {m8} MiB，b32 {m32} MiB，斜率 {sl} MiB/样本，截距 {ic} MiB")
+    publish(f"two_point_{key}_b8_mib", m8)
+    publish(f"two_point_{key}_b32_mib", m32)
+    publish(f"two_point_{key}_slope_mib", sl, fmt="{:.1f}")
+    publish(f"two_point_{key}_icpt_mib", ic)
+publish("ckpt_slope_share", lines["ckpt"][0] / lines["fp32"][0], fmt="{:.0%}")
+publish("bf16_slope_cut", 1 - lines["bf16"][0] / lines["fp32"][0], fmt="{:.0%}")
+publish("bf16_icpt_extra_mib", lines["bf16"][1] - lines["fp32"][1])
+publish("fp32_icpt_minus_static_mib", lines["fp32"][1] - (round(n * 4 / MiB, 1) + round(n * 8 / MiB, 1) + 64), fmt="{:.0f}")
+# 最大批大小的算术例子：C = 20000 MiB，留 10%（H = 2000 MiB）
+publish("bmax_fp32", int((18000 - icpt) // slope))
+publish("bmax_fp32_exact", (18000 - icpt) / slope, fmt="{:.2f}")
+publish("bmax_ckpt", int((18000 - lines["ckpt"][1]) // lines["ckpt"][0]))
+publish("bmax_budget_left_mib", 18000 - icpt)
+per_sample_256 = round(256 * per_token, 1)
+publish("per_sample_s256_mib", per_sample_256, fmt="{:.1f}")
+publish("bmax_s256", int((18000 - icpt) // per_sample_256))
 
 # %% [markdown]
 # 两条直线的斜率都约 800 MiB/样本，截距约 1500 MiB，和“参数 + AdamW 状态 + cuBLAS 工作区”的算术结果只差十来 MiB。稳态与第一步相差约 950–1000 MiB，几乎正好是一份 AdamW 状态（每个参数两个 FP32 矩，8 字节）：AdamW 在第一次 `step()` 时才创建状态，第一步的峰值里没有它。
@@ -191,7 +294,7 @@ plt.show()
 #
 # 顺便观察另一件事：**在 `except` 块里，显存还没有释放**。异常对象的回溯（traceback）引用着出错时的各层栈帧，栈帧又引用着前向留下的激活值；离开 `except` 块后它们才被释放。
 
-# %%
+# %% tags=["trap"]
 def first_step_trap(batch=16, budget="14000 MiB", steps=3):
     with vramlab.device_budget(budget, fake=FAKE) as dev:
         model = build_model("gpt2-small", device=dev.torch_device)
@@ -208,6 +311,7 @@ def first_step_trap(batch=16, budget="14000 MiB", steps=3):
                 first_line = str(e).split(" GPU 0")[0]
             if not oom:
                 print(f"第 {step} 步：通过，峰值 {dev.max_allocated() / MiB:.0f} MiB")
+                publish(f"trap_step{step}_peak_mib", dev.max_allocated() / MiB, fmt="{:.0f}")
                 continue
             outside = dev.allocated()                  # 已经离开 except 块
             opt.zero_grad(set_to_none=True)
@@ -217,6 +321,10 @@ def first_step_trap(batch=16, budget="14000 MiB", steps=3):
             print(f"  except 块里的已分配显存：{inside / MiB:.0f} MiB")
             print(f"  离开 except 块之后：     {outside / MiB:.0f} MiB（参数 + AdamW 状态 + cuBLAS 工作区）")
             print(f"  清理后已保留显存：       {dev.reserved() / MiB:.0f} MiB")
+            publish("trap_oom_step", step)
+            publish("trap_inside_mib", inside / MiB, fmt="{:.0f}")
+            publish("trap_outside_mib", outside / MiB, fmt="{:.0f}")
+            publish("trap_reserved_mib", dev.reserved() / MiB, fmt="{:.0f}")
             break
 
 
@@ -233,7 +341,7 @@ first_step_trap()
 #
 # 虚拟显卡 144 MiB，`tiny` 模型，序列长度 64，真实张量。每次试探跑 2 步，记下在第几步 OOM；“只试 1 步”的搜索只看第 1 步的结果（第 1 步的结果与后面跑不跑无关，所以两种搜索可以共用试探结果，省一半时间）。
 
-# %%
+# %% tags=["search"]
 CARD = "144 MiB"
 
 
@@ -292,16 +400,24 @@ def fits_after(steps):
     return fits
 
 
-results = {}
+results, traces = {}, {}
 for steps in (1, 2):
     best, trace = find_max_batch(fits_after(steps))
     results[steps] = best
+    traces[steps] = trace
     print(f"每次试探跑 {steps} 步：找到的最大批大小 = {best}")
     for i, (b, ok) in enumerate(trace, 1):
         failed, peak = trial(b)
         shown = "通过" if ok else f"OOM（第 {failed} 步）"
         print(f"  试探 {i:2d}：b = {b:<4d} {pad(shown, 16)} 已分配峰值 {peak:6.1f} MiB")
     print()
+publish("search_naive", results[1])
+publish("search_safe", results[2])
+publish("search_safe_trials", len(traces[2]))
+publish("search_safe_order", "、".join(str(b) for b, _ in traces[2]))
+diverge = next(i for i, (a, b) in enumerate(zip(traces[1], traces[2])) if a != b)
+publish("search_diverge_trial", diverge + 1)
+publish("search_diverge_b", traces[2][diverge][0])
 
 # %% [markdown]
 # 两种搜索的前六次试探一样，分歧出在第 7 次、批大小 24：它第 1 步放得下、第 2 步放不下。只跑 1 步的搜索把它当成“通过”，最后给出一个更大的答案。拿这个答案去真正训练：
@@ -312,6 +428,7 @@ for b in (naive, safe):
     failed, peak = trial(b, steps=3)
     verdict = "3 步都通过" if failed is None else f"第 {failed} 步 OOM"
     print(f"批大小 {b}：训练 3 步 → {verdict}（已分配峰值 {peak:.1f} MiB）")
+    publish(f"verify_{'naive' if b == naive else 'safe'}_verdict", verdict)
 
 # %% [markdown]
 # `tiny` 的参数太少，AdamW 状态只有 4.5 MiB；这里第一步与稳态的差主要来自反向线程的 cuBLAS 工作区（32 MiB，第一次反向矩阵乘法时才分配，见 `vramlab/sim/device.py` 的说明）。GPT-2 small 上差的主要是 AdamW 状态（约 950 MiB，第 3 节）。两者是同一类问题：**有些显存要到训练跑起来之后才出现**。
@@ -323,6 +440,7 @@ card_mib = 144
 pred = int((card_mib - t_icpt) // t_slope)
 print(f"直线预测：({card_mib} − {t_icpt:.1f}) / {t_slope:.2f} = {(card_mib - t_icpt) / t_slope:.1f} → {pred}")
 print(f"搜索结果（每次 2 步）：{safe}")
+publish("line_pred_b", pred)
 
 # %% [markdown]
 # 预测比搜索结果偏大：直线只描述**已分配**显存，而虚拟显卡（和真卡一样）限制的是缓存分配器**已保留**的显存，块的取整和碎片要多占一些。所以预测只能当作搜索的起点，最终以实测为准，并且留出余量。
@@ -336,7 +454,7 @@ print(f"搜索结果（每次 2 步）：{safe}")
 # 3. 微批次减半、累积步数加倍，**重做这一整步**；
 # 4. 连续成功 `grow_every` 步后，试着把微批次翻倍长回去（类似混合精度里 `GradScaler` 的增长间隔）。
 
-# %%
+# %% tags=["backoff"]
 def train_with_backoff(lengths, global_batch=32, micro=32, grow_every=2, card=CARD):
     log = []
     with vramlab.device_budget(card) as dev:
@@ -458,6 +576,13 @@ for name, batches in [("固定批大小 8", fixed_batches(lengths)), ("token 预
     peaks = [r[4] for r in rows]
     print(f"  合计补齐后 {padded_all} 个 token（补齐占 {1 - sum(lengths) / padded_all:.0%}）；"
           f"峰值最低 {min(peaks):.1f}、最高 {max(peaks):.1f} MiB\n")
+    key = "fixed" if name.startswith("固定") else "budget"
+    publish(f"{key}_batches", len(rows))
+    publish(f"{key}_pad_share", 1 - sum(lengths) / padded_all, fmt="{:.0%}")
+    publish(f"{key}_peak_min_mib", min(peaks), fmt="{:.1f}")
+    publish(f"{key}_peak_max_mib", max(peaks), fmt="{:.1f}")
+publish("len_min", min(lengths))
+publish("len_max", max(lengths))
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.2))

@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 1、2 节的 GPT-2 small 在模拟设备上用 FakeTensorMode（只有形状、没有数据）运行；第 3–5 节用真实张量，既量显存也核对数值。
 
 # %%
+import datetime
 import math
 import random
 import statistics
@@ -26,18 +27,21 @@ from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, make_config
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.workload import from_reference_name
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner()
 FAKE = not ON_GPU          # 第 1、2 节：模拟设备上用 FakeTensorMode
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 复现 H200 参考表里与序列长度、注意力实现有关的行
 #
 # H200 参考表（`vramlab/data/h200_gpt2_peaks.md`：NVIDIA H200，PyTorch 2.11.0+cu130，transformers 5.17.0，2026-11-29 实测，稳态 `torch.cuda.max_memory_allocated()`）里，GPT-2 small、FP32 + AdamW、批大小 8 的配置中有 7 行与本章有关：序列长度 128 / 512 / 1024，以及 eager 与 SDPA 的对比（含 attention dropout 0.1 的一对）。`measure_workload` 按表里的方法（热身 1 步后测稳态峰值）在本机重测。
 
-# %%
+# %% tags=["h200_rows"]
 ref = {r.name: r for r in reference_rows()}
 ROWS = ["small_fp32_adamw_b8_s128", "small_fp32_adamw_b8_s512", "small_fp32_adamw_b8_s1024",
         "small_fp32_adamw_b8_s512_eager", "small_fp32_adamw_b8_s1024_eager",
@@ -49,6 +53,8 @@ print(pad("配置", 40), pad("H200 MiB", 10), pad(f"{where} MiB", 14), "偏差")
 for name in ROWS:
     r, m = ref[name].steady_mib, mib(sim[name].peak_bytes)
     print(pad(name, 40), pad(str(r), 10), pad(f"{m:.1f}", 14), f"{(m - r) / r:+.2%}")
+    publish("h200_" + name.replace("small_fp32_adamw_b8_", "").replace(".", "") + "_mib", r)
+publish("sim_dev_abs_max", max(abs(mib(sim[n].peak_bytes) / ref[n].steady_mib - 1) for n in ROWS), fmt="{:.2%}")
 
 # %% [markdown]
 # 再把 eager 比 SDPA 多出的部分摊到每一层，和公式对照。GPT-2 small 有 $L = 12$ 层、$a = 12$ 个头；eager 注意力为反向保存 softmax 输出 $[b, a, s, s]$，FP32 每层 $4abs^2$ 字节；打开 attention dropout 后还要存 1 字节的掩码和 4 字节的 dropout 输出，每层共 $(4 + 1 + 4)\,abs^2 = 9abs^2$ 字节。这就是 Korthikanti 等人 $5as/h$ 项（16 位激活值：$2 + 1 + 2 = 5$）的 FP32 版本。
@@ -58,6 +64,7 @@ L, A = 12, 12
 PAIRS = [("s512", "small_fp32_adamw_b8_s512", "small_fp32_adamw_b8_s512_eager", 8, 512, 4),
          ("s1024", "small_fp32_adamw_b8_s1024", "small_fp32_adamw_b8_s1024_eager", 8, 1024, 4),
          ("s512 + dropout 0.1", "small_fp32_adamw_b8_s512_drop0.1", "small_fp32_adamw_b8_s512_drop0.1_eager", 8, 512, 9)]
+devs_formula = []
 print(pad("对比", 20), pad("公式 MiB/层", 14), pad("H200 MiB/层", 14), pad(f"{where} MiB/层", 16), "eager 比 SDPA（H200）")
 for label, sdpa, eager, b, s, per in PAIRS:
     formula = per * A * b * s * s / 2**20
@@ -65,11 +72,21 @@ for label, sdpa, eager, b, s, per in PAIRS:
     here = mib(sim[eager].peak_bytes - sim[sdpa].peak_bytes) / L
     print(pad(label, 20), pad(f"{formula:.1f}", 14), pad(f"{h200:.1f}", 14), pad(f"{here:.1f}", 16),
           f"{ref[eager].steady_mib / ref[sdpa].steady_mib - 1:+.1%}")
+    key = label.split()[0] + ("_drop" if "dropout" in label else "")
+    publish(f"formula_{key}_mib", formula, fmt="{:.0f}")
+    publish(f"h200_{key}_per_layer_mib", h200, fmt="{:.1f}")
+    publish(f"sim_{key}_per_layer_mib", here, fmt="{:.1f}")
+    publish(f"h200_{key}_eager_extra", ref[eager].steady_mib / ref[sdpa].steady_mib - 1, fmt="{:+.1%}")
+    publish(f"h200_{key}_eager_extra_pct", ref[eager].steady_mib / ref[sdpa].steady_mib - 1, fmt="{:.1%}")
+    devs_formula.append(abs(h200 / formula - 1))           # H200 与公式的相对差
+publish("h200_formula_dev_max", max(devs_formula), fmt="{:.1%}")
 print()
 for a, b in [("small_fp32_adamw_b8_s512", "small_fp32_adamw_b8_s1024"),
              ("small_fp32_adamw_b8_s512_eager", "small_fp32_adamw_b8_s1024_eager")]:
     print(f"{pad(a + ' → s1024', 44)} H200 {ref[b].steady_mib / ref[a].steady_mib - 1:+.1%}，"
           f"{where} {sim[b].peak_bytes / sim[a].peak_bytes - 1:+.1%}")
+    publish("h200_growth_" + ("eager" if "eager" in a else "sdpa"), ref[b].steady_mib / ref[a].steady_mib - 1, fmt="{:+.1%}")
+    publish("h200_growth_" + ("eager" if "eager" in a else "sdpa") + "_pct", ref[b].steady_mib / ref[a].steady_mib - 1, fmt="{:.1%}")
 
 # %% [markdown]
 # 三对的每层差值都与公式吻合：eager 多出来的，正好是那几个 $[b, a, s, s]$ 的张量。SDPA 在 GPU 上走 memory-efficient 核（FP32）或 FlashAttention 核（FP16/BF16），两者都不保存它们。
@@ -85,6 +102,15 @@ print(pad("类别（峰值时刻，MiB）", 22), *(pad(c.replace("small_fp32_ada
 for key, label in CATS:
     print(pad(label, 22), *(pad(f"{mib(sim[c].breakdown.get(key, 0)):.1f}", 12) for c in cols))
 print(pad("峰值", 22), *(pad(f"{mib(sim[c].peak_bytes):.1f}", 12) for c in cols))
+for c in cols:
+    key = c.replace("small_fp32_adamw_b8_", "")
+    for cat in ("activations", "temporaries", "parameters"):
+        publish(f"bd_{key}_{cat}_mib", mib(sim[c].breakdown.get(cat, 0)), fmt="{:.1f}")
+opt_states = [mib(sim[c].breakdown.get("optimizer_state", 0)) for c in cols]
+publish("bd_optimizer_min_mib", min(opt_states), fmt="{:.0f}")
+publish("bd_optimizer_max_mib", max(opt_states), fmt="{:.0f}")
+publish("bd_eager_act_growth", sim["small_fp32_adamw_b8_s1024_eager"].breakdown["activations"]
+        / sim["small_fp32_adamw_b8_s512_eager"].breakdown["activations"], fmt="{:.1f}")
 
 # %% [markdown]
 # 序列长度翻倍时，SDPA 的“激活值”和“临时张量”（主要是 `[b, s, 50257]` 的 log-softmax 输出和它的梯度）都差不多翻倍，这是线性增长；eager 的激活值涨得更多，因为其中的分数矩阵是 $s^2$ 的。参数和优化器状态与序列长度无关，所以整个峰值涨不到 2 倍。
@@ -94,7 +120,7 @@ print(pad("峰值", 22), *(pad(f"{mib(sim[c].peak_bytes):.1f}", 12) for c in col
 #
 # GPT-2 small 的位置嵌入只有 1024 个位置；为了画到 2048，这里把 `n_positions` 改成 2048（参数多 $1024 \times 768$ 个，约 3 MiB），批大小 4，只做一次前向 + 反向（不含优化器），在 FakeTensorMode 下测峰值和峰值时刻的激活值。
 
-# %%
+# %% tags=["sweep"]
 SEQS = [256, 512, 1024, 2048]
 
 
@@ -120,6 +146,15 @@ for s in SEQS:
     probs = L * 4 * A * 4 * s * s
     print(pad(str(s), 10), pad(f"{mib(ps):.0f}", 12), pad(f"{mib(pe):.0f}", 12), pad(f"{mib(acts):.0f}", 13),
           pad(f"{mib(acte):.0f}", 14), f"{(acte - acts) / probs:.3f}")
+    publish(f"sweep_s{s}_sdpa_peak_mib", mib(ps), fmt="{:.0f}")
+    publish(f"sweep_s{s}_eager_peak_mib", mib(pe), fmt="{:.0f}")
+    publish(f"sweep_s{s}_sdpa_act_mib", mib(acts), fmt="{:.0f}")
+    publish(f"sweep_s{s}_eager_act_mib", mib(acte), fmt="{:.0f}")
+    publish(f"sweep_s{s}_eager_extra_mib", round(mib(acte)) - round(mib(acts)))
+    publish(f"sweep_s{s}_ratio", (acte - acts) / probs, fmt="{:.3f}")
+publish("sweep_s2048_extra_over_formula", (round(mib(sweep["eager", 2048][1])) - round(mib(sweep["sdpa", 2048][1]))) / 9216, fmt="{:.3f}")
+publish("sweep_extra_growth_1024_2048", (round(mib(sweep["eager", 2048][1])) - round(mib(sweep["sdpa", 2048][1])))
+        / (round(mib(sweep["eager", 1024][1])) - round(mib(sweep["sdpa", 1024][1]))), fmt="{:.1f}")
 
 # %%
 import matplotlib.pyplot as plt
@@ -266,7 +301,7 @@ print(f"torch.logsumexp 一次算完：      {torch.logsumexp(row, 0).item():.12
 # %% [markdown]
 # 现在在设备上比较五种实现：批大小 $B = 2$，$H = 4$ 个头，序列长度 $S = 1024$，头维度 $d = 64$，FP32。一个 $B \cdot H \cdot S^2$ 的 FP32 张量是 $2 \times 4 \times 1024^2 \times 4$ 字节 = 32 MiB；q、k、v、输出各是 2 MiB。“额外峰值”是峰值减去调用前已分配的显存（q、k、v、上游梯度，以及事先分配好的 cuBLAS 工作区）。
 
-# %%
+# %% tags=["five"]
 B, H, S, D = 2, 4, 1024, 64
 IMPLS = [("naive（起始代码）", naive_attention),
          ("SDPA，is_causal=True", sdpa_attention),
@@ -309,6 +344,8 @@ for label, _ in IMPLS:
     dgrad = max((a - b).abs().max().item() for a, b in zip(grads, base_grads))
     print(pad(label, 30), pad(f"{mib(extra):.1f}", 14), pad(f"{extra / base_extra:.2f}", 14),
           pad(f"{dout:.1e}", 12), f"{dgrad:.1e}")
+    key = ["naive", "sdpa", "chunked", "chunked_ckpt", "flash_py"][[l for l, _ in IMPLS].index(label)]
+    publish(f"five_{key}_mib", mib(extra), fmt="{:.1f}")
 
 # %% [markdown]
 # 几点读法：
@@ -323,10 +360,18 @@ for label, _ in IMPLS:
 
 # %%
 print(pad("S", 8), pad("naive 额外峰值 MiB", 22), "SDPA 额外峰值 MiB")
+scaling = {}
 for s in (256, 512, 1024):
     n = run_attention(naive_attention, S=s)[0]
     f = run_attention(sdpa_attention, S=s)[0]
+    scaling[s] = (n, f)
     print(pad(str(s), 8), pad(f"{mib(n):.2f}", 22), f"{mib(f):.2f}")
+    publish(f"scale_s{s}_naive_mib", mib(n), fmt="{:.2f}")
+    publish(f"scale_s{s}_sdpa_mib", mib(f), fmt="{:.2f}")
+publish("scale_naive_growth_min", min(scaling[512][0] / scaling[256][0], scaling[1024][0] / scaling[512][0]), fmt="{:.1f}")
+publish("scale_naive_growth_max", max(scaling[512][0] / scaling[256][0], scaling[1024][0] / scaling[512][0]), fmt="{:.1f}")
+publish("scale_sdpa_growth_min", min(scaling[512][1] / scaling[256][1], scaling[1024][1] / scaling[512][1]), fmt="{:.1f}")
+publish("scale_sdpa_growth_max", max(scaling[512][1] / scaling[256][1], scaling[1024][1] / scaling[512][1]), fmt="{:.1f}")
 
 # %% [markdown]
 # ## 4. 滑动窗口注意力：掩码省不了显存
@@ -387,6 +432,8 @@ for label, _ in WINDOW_IMPLS:
     dgrad = max((a - b).abs().max().item() for a, b in zip(grads, wbase[2]))
     print(pad(label, 26), pad(f"{mib(extra):.1f}", 14), pad(f"{(out - wbase[1]).abs().max().item():.1e}", 12),
           f"{dgrad:.1e}")
+    key = ["masked", "sdpa", "blocked"][[l for l, _ in WINDOW_IMPLS].index(label)]
+    publish(f"window_{key}_mib", mib(extra), fmt="{:.1f}")
 
 # %% [markdown]
 # 三种写法结果一样，显存差一个数量级：稀疏注意力省不省显存，取决于实现有没有真的跳过那些位置。Longformer 为此写了专门的 CUDA 核，BigBird 把稀疏模式安排成块，用稠密的小矩阵乘来算。
@@ -420,6 +467,11 @@ print(f"样本数 {len(lengths)}，长度中位数 {statistics.median(lengths):.
 print(pad("组批方式", 24), pad("送进模型的位置数", 18), "其中补齐的比例")
 for label, total in plans.items():
     print(pad(label, 24), pad(str(total), 18), f"{(total - real) / total:.1%}")
+for key, total in zip(["max", "longest", "grouped", "packed"], plans.values()):
+    publish(f"plan_{key}_positions", total)
+    publish(f"plan_{key}_pad_share", (total - real) / total, fmt="{:.1%}")
+publish("len_median", statistics.median(lengths), fmt="{:.0f}")
+publish("len_real_tokens", real)
 
 # %% [markdown]
 # 补齐到固定长度时，大半计算和激活值花在补齐 token 上。按批内最长补齐省得不多，因为随机组成的一批里总有一条偏长；按长度分组后批内长度接近，补齐的比例降到一成多；打包则完全没有补齐。注意分组改变了批次的组成（长样本扎堆），打包改变了“一批”的形状（1 行、总长不定），两者都会影响训练动态，要配合按 token 数算损失、打乱桶的顺序等做法。
@@ -470,9 +522,14 @@ cases = [("补齐到 512", padded_batch(samples, 512)),
          ("打包（DataCollatorWithFlattening）", dict(packed))]
 print()
 print(pad("组批方式", 36), pad("形状", 12), pad("额外峰值 MiB", 14), "损失")
-for label, batch in cases:
+for key, (label, batch) in zip(["max", "longest", "packed"], cases):
     extra, loss = train_peak(batch)
     print(pad(label, 36), pad(str(tuple(batch["input_ids"].shape)), 12), pad(f"{mib(extra):.2f}", 14), f"{loss:.6f}")
+    publish(f"batch_{key}_mib", mib(extra), fmt="{:.2f}")
+    publish(f"batch_{key}_loss", loss, fmt="{:.6f}")
+    publish(f"batch_{key}_shape", ", ".join(str(x) for x in batch["input_ids"].shape))
+publish("batch_real_tokens", sum(batch_lens))
+publish("batch_longest", max(batch_lens))
 
 # %% [markdown]
 # 三种方式的损失相同（都只对真实 token 的下一个 token 求平均），峰值却差了几倍：在这个小模型里，logits（`[行数, 长度, 1024]`）和各层激活值都与送进模型的位置数成正比。

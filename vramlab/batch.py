@@ -30,8 +30,8 @@ worker a watchdog kills the grading's processes and interrupts it; should the wo
 answer, the parent kills that worker and everything below it, records the timeout and grades the
 other submissions that the killed pool was running again in a fresh pool.
 
-For more than one machine, use an existing scheduler (Slurm job array, Kubernetes Indexed Job,
-see docs/guide/grading.md) running `vramlab grade EXERCISE PATH --json` per submission.
+For more than one machine: `vramlab grade-class --slurm` (grader/slurm.py) grades the class in one
+Slurm job array with these same pieces; docs/guide/grading.md also shows a Kubernetes Indexed Job.
 """
 from __future__ import annotations
 
@@ -412,7 +412,8 @@ def _summary(graded: list[dict], reused: int, wall_s: float) -> str:
 
 def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: str = "sim", scale: str | None = None,
                timeout_s: float | None = None, progress: bool = True, sandbox: str = "require",
-               journal=None, fresh: bool = False, executor=None, started=None, deadline_s: float | None = None) -> list[dict]:
+               journal=None, fresh: bool = False, executor=None, started=None, deadline_s: float | None = None,
+               on_start=None) -> list[dict]:
     """Grade `paths` (submission files) with at most `workers` submissions at a time; returns one
     row per path, in the order given. Each worker keeps warm sandboxes (grader/slots.py) and the
     starter's run is measured once per exercise and kept (grader/baselines.py), so a grading is
@@ -427,7 +428,8 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     renames an existing journal to `.bak` first. `started()` is called once the journal is held,
     before any grading. SIGINT, SIGTERM or SIGHUP (main thread only) raise `Interrupted` after the
     pool is killed. `deadline_s`: each grading's wall-clock deadline (default: grader/deadline.py's);
-    past it the submission is a timeout row. `executor`: run the gradings in this
+    past it the submission is a timeout row. `on_start(i)`: called in this process when a pool
+    worker starts grading `paths[i]` (grader/slurm.py journals it). `executor`: run the gradings in this
     `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
     see a monkeypatched `_grade_one`); it is not shut down here, and its workers are not killed at
     a deadline (the watchdog inside each grading still is)."""
@@ -495,6 +497,8 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                     while announce is not None and not announce.empty():
                         i, pid = announce.get()
                         running[i] = (pid, time.monotonic())
+                        if on_start is not None:
+                            on_start(i)
                     for fut in sorted(done, key=futures.get):       # the same order every time
                         if caught and fut.exception() is not None:
                             continue                # its worker got the same signal (sent to the group): no result
@@ -597,12 +601,10 @@ def _report(rows, args) -> None:
             print(f"{r['student']}\t{r['exercise']}\t{r.get('score', 0)}/{r.get('max_score', '?')}\t{mark}\t{r.get('reason', '')}")
 
 
-def main(argv=None) -> int:
-    """The command line. Exit codes (vramlab/errors.py): 0 every row graded, 2 bad arguments or an
-    unwritable destination, 4 some rows are grader errors (a rerun retries them) or this machine
-    cannot grade (no sandbox, no GPU, a full temp disk), 128+N stopped by signal N. With --json,
-    a failure before grading is one JSON error object on stdout."""
-    parser = ChineseArgumentParser(prog="python -m vramlab.batch", description="并行评分多份提交（进程池 + 进度条 + 可续评的 journal）")
+def build_parser(prog: str = "python -m vramlab.batch",
+                 description: str = "并行评分多份提交（进程池 + 进度条 + 可续评的 journal）") -> ChineseArgumentParser:
+    """The batch's options; `vramlab grade-class` (grader/slurm.py) adds its Slurm options to them."""
+    parser = ChineseArgumentParser(prog=prog, description=description)
     parser.add_argument("paths", nargs="*", help="提交的文件；默认 nbgrader/submitted/*/*/*.ipynb")
     parser.add_argument("--workers", help="同时评分的份数（默认取环境变量 WORKERS，否则 2）")
     parser.add_argument("--exercise", help="练习编号（默认从路径 <学号>/<编号>/ 推断）")
@@ -621,6 +623,16 @@ def main(argv=None) -> int:
                         help="没有 bubblewrap 时也评分（学员代码不在操作系统沙箱里：只在信任提交者时使用）")
     parser.add_argument("--no-cgroup", action="store_true",
                         help="不能创建内存 cgroup 时也评分（只用进程的常驻内存对照：藏在内存文件、管道里的内存查不出来）")
+    return parser
+
+
+def main(argv=None, parser=None) -> int:
+    """The command line. Exit codes (vramlab/errors.py): 0 every row graded, 2 bad arguments or an
+    unwritable destination, 4 some rows are grader errors (a rerun retries them) or this machine
+    cannot grade (no sandbox, no GPU, a full temp disk), 128+N stopped by signal N. With --json,
+    a failure before grading is one JSON error object on stdout. `parser`: build_parser()'s, or
+    one with more options (which this function ignores)."""
+    parser = parser or build_parser()
     with stop_on_signals():
         try:
             return _main(parser, parser.parse_args(argv))

@@ -1,4 +1,4 @@
-"""Subcommands `vramlab exercises`, `vramlab grade` and `vramlab grade-bench`.
+"""Subcommands `vramlab exercises`, `vramlab grade`, `vramlab grade-class` (grader/slurm.py) and `vramlab grade-bench`.
 
 `vramlab grade` exits 0 once the submission is graded (whatever the score), 2 for bad arguments
 (an unknown exercise, a bad --timeout), 3 when the submission cannot be read (missing, a folder,
@@ -183,6 +183,10 @@ def add_commands(sub):
     g.add_argument("--figure", metavar="图.svg",
                    help="把时间线图（起始代码与你的代码每一步的已分配显存，SVG）保存到这个文件")
     g.set_defaults(func=cmd_grade)
+    gc = sub.add_parser("grade-class", add_help=False,
+                        help="给一个班评分：本机并行批量评分，或加 --slurm 在 Slurm 集群上用一个作业数组评分（同样的 CSV）")
+    gc.add_argument("rest", nargs="*")         # grader/slurm.py parses (and explains) its own options
+    gc.set_defaults(func=lambda args: __import__("vramlab.grader.slurm", fromlist=["main"]).main(args.rest))
     b = sub.add_parser("grade-bench", help="评分的耗时：每个练习参考答案的评分延迟，可选与以前做法的对比和全班吞吐")
     b.add_argument("--json", action="store_true")
     b.add_argument("--scale", choices=("ci", "gpu"), default="ci")

@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 2、3 节的 GPT-2 small 在模拟设备上用 FakeTensorMode（只有形状、没有数据）运行；第 5 节用真实张量。
 
 # %%
+import datetime
 import functools
 
 import torch
@@ -24,6 +25,7 @@ from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, get_preset, make_config
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import from_reference_name
 
@@ -31,6 +33,8 @@ transformers.logging.set_verbosity_error()     # 不打印与本章无关的配�
 ON_GPU = banner()
 FAKE = not ON_GPU                              # 第 2、3 节：模拟设备上用 FakeTensorMode
 REF = {r.name: r for r in reference_rows()}
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 嵌入层在参数里占多少
@@ -70,6 +74,13 @@ for name in ["tiny", "gpt2-mini", "gpt2-small", "gpt2-medium", "gpt2-large", "gp
     print(pad(name, 13), pad(str(p.vocab), 7), pad(str(p.hidden), 5), pad("是" if tied else "否", 5),
           pad(f"{word:,}", 13), pad(f"{word / total:.1%}", 7), pad(f"{emb:,}", 14), pad(f"{emb / total:.1%}", 7),
           f"{total:,}")
+    key = name.replace("-", "_")
+    publish(f"share_{key}_word", f"{word:,}")
+    publish(f"share_{key}_word_pct", word / total, fmt="{:.1%}")
+    publish(f"share_{key}_all_pct", emb / total, fmt="{:.1%}")
+    publish(f"share_{key}_total", f"{total:,}")
+small = get_preset("gpt2-small")
+publish("share_gpt2_small_word_pct_round", small.vocab * small.hidden / SHARE["gpt2-small"][1], fmt="{:.0%}")
 
 # %% [markdown]
 # “全部嵌入参数”包括 GPT-2 的位置嵌入和不绑定时的输出层（`llama-7b` 的 `lm_head`），绑定的输出层不重复计算。同一个词表（50257），模型越小，嵌入层占得越多：gpt2-mini 一半以上的参数在嵌入表里，GPT-2 small 约三成，到 GPT-2 XL 只剩几个百分点，因为 block 的参数按 $12d^2$ 每层增长，嵌入只按 $Vd$ 增长。Llama-3.2-1B 形状（`llama-1b`，$V = 128256$，绑定）的嵌入也超过两成。
@@ -122,6 +133,22 @@ for key, label in CATS:
     x, y = mib(tied[1].get(key, 0)), mib(untied[1].get(key, 0))
     print(pad(label, 20), pad(f"{x:.1f}", 10), pad(f"{y:.1f}", 12), f"{y - x:+.1f}")
 print(pad("峰值", 20), pad(f"{mib(tied[0]):.1f}", 10), pad(f"{mib(untied[0]):.1f}", 12), f"{mib(untied[0] - tied[0]):+.1f}")
+for key, label in CATS[:5]:
+    x, y = mib(tied[1].get(key, 0)), mib(untied[1].get(key, 0))
+    publish(f"tie_{key}_mib", x, fmt="{:.1f}")
+    publish(f"untie_{key}_mib", y, fmt="{:.1f}")
+    publish(f"untie_{key}_diff_mib", y - x, fmt="{:+.1f}" if abs(y - x) >= 0.05 else "{:.0f}")
+publish("tie_peak_mib", mib(tied[0]), fmt="{:.1f}")
+publish("untie_peak_mib", mib(untied[0]), fmt="{:.1f}")
+publish("untie_peak_diff_mib", mib(untied[0] - tied[0]), fmt="{:.1f}")
+publish("untie_param_diff_mib", mib(untied[1]["parameters"] - tied[1]["parameters"]), fmt="{:.1f}")
+publish("untie_state_diff_mib", mib(untied[1]["optimizer_state"] - tied[1]["optimizer_state"]), fmt="{:.1f}")
+publish("h200_base_mib", REF["small_fp32_adamw_b8_s512"].steady_mib)
+publish("tie_vs_h200", abs(mib(tied[0]) / REF["small_fp32_adamw_b8_s512"].steady_mib - 1), fmt="{:.2%}")
+V, D = 50257, 768
+publish("table_mib", mib(V * D * 4), fmt="{:.1f}")
+publish("table_state_mib", mib(V * D * 16), fmt="{:.0f}")          # 权重 + 梯度 + AdamW 两个矩，每参数 16 字节
+publish("logits_mib", mib(8 * 512 * V * 4), fmt="{:.0f}")
 print(f"\nH200 参考表 small_fp32_adamw_b8_s512（绑定，即 GPT-2 默认）：{REF['small_fp32_adamw_b8_s512'].steady_mib} MiB")
 print("峰值出现在：", tied[2] or "（真 GPU 上没有这项信息）")
 V, D = 50257, 768
@@ -136,7 +163,7 @@ print(f"一张 V×d 的 FP32 表：{V}×{D}×4 字节 = {mib(V * D * 4):.1f} MiB
 #
 # GPT-2 small 批大小 8、序列长度 512 时，一个 $[8, 512, 50257]$ 的 FP32 张量是 $8 \times 512 \times 50257 \times 4$ 字节 ≈ 785 MiB。峰值时刻显存里最大的几块分配：
 
-# %%
+# %% tags=["top"]
 with vramlab.open_device("auto", fake=FAKE) as dev:
     model = build_model("gpt2-small", device=dev.torch_device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
@@ -152,6 +179,9 @@ with vramlab.open_device("auto", fake=FAKE) as dev:
 print(pad("MiB", 8), pad("算子", 34), pad("位置", 28), "类别")
 for t in top:
     print(pad(f"{mib(t['bytes']):.1f}", 8), pad(t["op"], 34), pad(t["where"], 28), t["category"])
+if top:
+    publish("top_block_mib", mib(top[0]["bytes"]), fmt="{:.1f}")
+    publish("top3_sum_mib", sum(round(mib(t["bytes"]), 1) for t in top[:3]), fmt="{:.0f}")
 
 # %% [markdown]
 # 前三名都是 $[8, 512, 50257]$ 的 FP32 张量（785.3 MiB 的请求新申请了一段 786 MiB：新段按 2 MiB 取整，段尾不到 1 MiB 的零头不切分，整段记在这个张量名下，见第 11 章）：前向留给反向的 log-softmax 输出，以及反向第一步的两个梯度（`nll_loss` 的梯度和 log-softmax 的梯度）。三者合计约 2358 MiB，占这一步峰值的约三成，比任何一张参数表都大得多。
@@ -182,6 +212,8 @@ with torch.no_grad():
     a = tiny(input_ids=tiny_ids, labels=tiny_ids).loss.item()
     b = chunked_lm_loss(tiny, tiny_ids, chunk=16).item()
 print(f"tiny 上的损失：Hugging Face {a:.6f}，分块 {b:.6f}")
+publish("tiny_loss_hf", a, fmt="{:.6f}")
+publish("tiny_loss_chunked", b, fmt="{:.6f}")
 
 # %%
 for vocab in (32000, 50257, 128256):
@@ -197,6 +229,11 @@ for vocab in (32000, 50257, 128256):
     print(pad(str(vocab), 8), pad(f"{three:.1f}", 15), pad(f"{mib(hf[0]):.1f}", 10),
           pad(f"{mib(hf[1]['activations']):.1f}", 8), pad(f"{mib(hf[1]['temporaries']):.1f}", 10),
           pad(f"{mib(ch[0]):.1f}", 12), f"{(ch[0] - hf[0]) / hf[0]:+.1%}")
+    publish(f"vocab{vocab}_three_mib", three, fmt="{:.1f}")
+    publish(f"vocab{vocab}_peak_mib", mib(hf[0]), fmt="{:.1f}")
+    publish(f"vocab{vocab}_temporaries_mib", mib(hf[1]["temporaries"]), fmt="{:.1f}")
+    publish(f"vocab{vocab}_chunked_mib", mib(ch[0]), fmt="{:.1f}")
+    publish(f"vocab{vocab}_change", f"{(ch[0] - hf[0]) / hf[0]:+.1%}".replace("-", "−"))
 
 # %%
 import matplotlib.pyplot as plt
@@ -240,6 +277,13 @@ for key, label in CATS:
 print(pad("峰值", 20), pad(f"{mib(fp32[0]):.1f}", 10), f"{mib(bf16.peak_bytes):.1f}")
 print(f"\nH200 参考表：FP32 {REF['small_fp32_adamw_b8_s512'].steady_mib} MiB，"
       f"BF16 autocast {REF['small_bf16autocast_adamw_b8_s512'].steady_mib} MiB")
+publish("bf16_peak_mib", mib(bf16.peak_bytes), fmt="{:.1f}")
+publish("bf16_temporaries_mib", mib(bf16.breakdown.get("temporaries", 0)), fmt="{:.1f}")
+publish("bf16_activations_mib", mib(bf16.breakdown.get("activations", 0)), fmt="{:.1f}")
+publish("fp32_activations_mib", mib(fp32[1].get("activations", 0)), fmt="{:.1f}")
+publish("fp32_temporaries_mib", mib(fp32[1].get("temporaries", 0)), fmt="{:.1f}")
+publish("h200_bf16_mib", REF["small_bf16autocast_adamw_b8_s512"].steady_mib)
+publish("autocast_saving", 1 - bf16.peak_bytes / fp32[0], fmt="{:.0%}")
 
 # %% [markdown]
 # “临时张量”一行纹丝不动：autocast 下 `lm_head` 输出的 logits 是 BF16，但 Hugging Face 的损失函数（`ForCausalLMLoss`）第一句就是 `logits = logits.float()`，log-softmax 本身也在 autocast 的 FP32 名单里，于是反向开始时那几块 $[b, s, V]$ 的张量仍然是 FP32。激活值少了一截（block 里的矩阵乘输出变成 BF16），参数和优化器状态仍是 FP32。
@@ -254,6 +298,10 @@ for name in ["gpt2-small", "gpt2-medium", "llama-1b", "llama-7b"]:
     emb = SHARE[name][0]
     print(pad(name, 14), pad(f"{emb:,}", 14), pad(f"{mib(emb * 4):.1f}", 10), pad(f"{mib(emb * 2):.1f}", 10),
           f"{mib(emb):.1f}")
+    key = name.replace("-", "_")
+    publish(f"bytes_{key}_params", f"{emb:,}")
+    publish(f"bytes_{key}_fp32_mib", mib(emb * 4), fmt="{:.1f}")
+    publish(f"bytes_{key}_bf16_mib", mib(emb * 2), fmt="{:.1f}")
 
 # %% [markdown]
 # 只存 BF16 权重能省一半，但训练时不能只留 BF16：BF16 只有 8 位有效数字（含隐含位），1.0 附近相邻两个数相差 $2^{-7} \approx 0.0078$，比这个小得多的更新会被舍入吞掉。嵌入表每一步只有少数几行拿到梯度、更新量又小，最容易受害：
@@ -266,6 +314,8 @@ for _ in range(100):                      # 100 步，每步更新 1e-3
     w_fp32 -= 1e-3
 print("BF16 权重直接更新 100 次：", w_bf16[0].item())
 print("FP32 主权重更新 100 次：  ", round(w_fp32[0].item(), 6), "→ 转成 BF16 后", w_fp32.bfloat16()[0].item())
+publish("bf16_after_100", w_bf16[0].item(), fmt="{:.1f}")
+publish("fp32_after_100", w_fp32[0].item(), fmt="{:.6f}")
 
 # %% [markdown]
 # BF16 权重一步都没动，FP32 主权重准确地走到 0.9。这就是混合精度训练保留 FP32 主权重（master weights）的原因（第 6 章）；8 位优化器的论文同样把嵌入层的优化器状态保留为 32 位。
@@ -330,8 +380,12 @@ for kind in ("整表上设备", "主机上先取行", "去重后搬"):
     peak, moved, out, nuniq = lookup(kind)
     ref_out = out if ref_out is None else ref_out
     print(pad(kind, 16), pad(f"{mib(peak):.1f}", 14), pad(f"{mib(moved):.1f}", 10), torch.equal(out, ref_out))
+    key = {"整表上设备": "whole", "主机上先取行": "rows", "去重后搬": "unique"}[kind]
+    publish(f"lookup_{key}_peak_mib", mib(peak), fmt="{:.1f}")
+    publish(f"lookup_{key}_moved_mib", mib(moved), fmt="{:.1f}")
     if nuniq is not None:
         print(f"（这一批 {B * S} 个 token 里有 {nuniq} 个不同的 id）")
+        publish("lookup_unique_ids", nuniq)
 
 # %% [markdown]
 # 整表上设备时峰值是整张表加上结果；在主机上先取行，设备上只有 ids 和 $[8, 512, 768]$ 的结果（12 MiB），搬运量也从整张表降到 12 MiB。去重能进一步减少搬运的行数（这里 4096 个 token 只有三千多个不同的 id；真实文本里高频词反复出现，去重效果更好），代价是设备上多一份去重后的行。
@@ -361,6 +415,8 @@ with torch.no_grad():
     emb_dense.weight -= 0.1 * emb_dense.weight.grad
 print(f"损失相同：{loss_a:.6f} / {loss_b.item():.6f}；更新了 {n_rows} 行（共 {small_v} 行）；"
       f"更新后与整表 SGD 的最大差 {(t_host - emb_dense.weight).abs().max().item():.2e}")
+mant, exp = f"{(t_host - emb_dense.weight).abs().max().item():.2e}".split("e")
+publish("offload_sgd_maxdiff", f"{mant} \\times 10^{{{int(exp)}}}")
 
 # %% [markdown]
 # 结果与整表 SGD 一致，而每步经过 PCIe 的只有用到的行和它们的梯度。
@@ -383,6 +439,9 @@ for sparse in (False, True):
         nbytes = g.nbytes
         detail = f"稠密 {tuple(g.shape)}"
     print(pad(f"sparse={sparse}", 14), pad(f"{mib(nbytes):.1f} MiB", 12), detail)
+    publish(f"grad_{'sparse' if sparse else 'dense'}_mib", mib(nbytes), fmt="{:.1f}")
+    if sparse:
+        publish("grad_sparse_rows", gc_._values().shape[0])
 
 for opt_cls in (torch.optim.SGD, torch.optim.SparseAdam):
     e = torch.nn.Embedding(V, D, sparse=True)
@@ -391,6 +450,7 @@ for opt_cls in (torch.optim.SGD, torch.optim.SparseAdam):
     opt.step()
     state = sum(t.nbytes for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
     print(pad(opt_cls.__name__, 14), f"优化器状态 {mib(state):.1f} MiB")
+    publish(f"state_{opt_cls.__name__.lower()}_mib", mib(state), fmt="{:.1f}")
 try:
     e = torch.nn.Embedding(V, D, sparse=True)
     e(ids_big).sum().backward()

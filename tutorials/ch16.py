@@ -11,6 +11,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 3 节的 Llama-3.2-1B 形状在模拟设备上用 FakeTensorMode（只有形状、没有数据）运行，其余各节用真实张量。
 
 # %%
+import datetime
 import math
 
 import torch
@@ -27,6 +28,9 @@ transformers.logging.set_verbosity_error()     # 不打印与本章无关的配�
 ON_GPU = banner()
 FAKE = not ON_GPU          # 第 3 节的 1B 模型：模拟设备上用 FakeTensorMode
 print("transformers", transformers.__version__)
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
 
 # %% [markdown]
 # ## 1. 算一笔账：权重与 KV 缓存
@@ -66,6 +70,11 @@ for name, L, h, a, n_kv in MODELS:
     per_tok = kv_bytes(L, n_kv, d, 1, 1)
     print(pad(name, 26), pad(f"{w / 1e6:.1f} M 参数", 16), pad(f"{per_tok / 1024:.0f} KiB", 16),
           pad(f"{kv_bytes(L, n_kv, d, 4096, 1) / 2**30:.2f} GiB", 13), f"{kv_bytes(L, n_kv, d, 4096, 16) / 2**30:.1f} GiB")
+    key = {"Llama-2-7B（MHA）": "l2_7b", "Llama-2-7B 若改为 MQA": "l2_7b_mqa", "Llama-3-8B（GQA-8）": "l3_8b",
+           "Llama-2-70B（GQA-8）": "l2_70b", "Llama-2-70B 若改为 MHA": "l2_70b_mha"}[name]
+    publish(f"kv_{key}_per_token_kib", per_tok / 1024, fmt="{:.0f}")
+    publish(f"kv_{key}_s4096_b1_gib", kv_bytes(L, n_kv, d, 4096, 1) / 2**30, fmt="{:g}")
+    publish(f"kv_{key}_s4096_b16_gib", kv_bytes(L, n_kv, d, 4096, 16) / 2**30, fmt="{:g}")
 
 # %% [markdown]
 # 几点读法：
@@ -108,7 +117,7 @@ plt.show()
 #
 # $$M_{\text{KV}} = 2 \times 2 \times n_{kv} \times 32 \times 512 \times 8 \times 4\ \text{字节} = 2\,n_{kv}\ \text{MiB}$$
 
-# %%
+# %% tags=["prefill"]
 VARIANTS = [("MHA（4 个 KV 头）", 4), ("GQA（llama-tiny，2 个 KV 头）", 2), ("MQA（llama-tiny-mqa，1 个 KV 头）", 1)]
 
 
@@ -160,9 +169,13 @@ for label, n_kv in VARIANTS:
 SWEEP = [64, 128, 256, 384, 512]
 sweep = {n_kv: [prefill_cache(n_kv, S=s)[0] for s in SWEEP] for _, n_kv in VARIANTS}
 print(pad("S", 6), *(pad(label.split("（")[0] + " MiB", 12) for label, _ in VARIANTS), "与公式的最大差（字节）")
+worst_all = 0
 for i, s in enumerate(SWEEP):
     worst = max(abs(sweep[n_kv][i] - kv_bytes(2, n_kv, 32, s, 8, 4)) for _, n_kv in VARIANTS)
+    worst_all = max(worst_all, worst)
     print(pad(str(s), 6), *(pad(f"{mib(sweep[n_kv][i]):.2f}", 12) for _, n_kv in VARIANTS), worst)
+publish("sweep_readings", len(SWEEP) * len(VARIANTS))
+publish("sweep_worst_bytes", worst_all)
 
 fig, ax = plt.subplots(figsize=(7.5, 4))
 for (label, n_kv), marker in zip(VARIANTS, "os^"):
@@ -218,6 +231,9 @@ print(pad("参数量", 18), *(pad(f"{tiny[label][0]:,}", 10) for label, _ in VAR
 for key, name in CATS:
     print(pad(name, 18), *(pad(f"{mib(tiny[label][2].get(key, 0)):.2f}", 10) for label, _ in VARIANTS))
 print(pad("峰值", 18), *(pad(f"{mib(tiny[label][1]):.2f}", 10) for label, _ in VARIANTS))
+for (label, n_kv), key in zip(VARIANTS, ("mha", "gqa", "mqa")):
+    publish(f"tiny_{key}_peak_mib", mib(tiny[label][1]), fmt="{:.2f}")
+    publish(f"tiny_{key}_act_mib", mib(tiny[label][2].get("activations", 0)), fmt="{:.2f}")
 
 # %% [markdown]
 # 从 MHA 到 MQA，峰值只降了几 MiB。激活值的差正好是 K、V 投影输出的差：MHA → GQA 每层少 $2 \times 8 \times 512 \times 64$ 个 FP32 元素，2 层共 4 MiB。`llama-tiny` 的词表和 MLP 占了参数的大头，注意力里能省的 $W_K$、$W_V$ 只是一小部分。
@@ -239,6 +255,12 @@ for n_kv, label in [(32, "MHA（32 个 KV 头）"), (8, "GQA-8（原版）")]:
     print(pad(label, 22), pad(f"{n:,}", 16), pad(f"{states / 2**30:.2f} GiB", 16),
           pad(f"{mib(bd.get('activations', 0)):.0f} MiB", 20), f"{mib(peak):.0f} MiB")
 d_act = big[32][2]["activations"] - big[8][2]["activations"]
+for n_kv, key in ((32, "mha"), (8, "gqa")):
+    publish(f"big_{key}_states_gib", big[n_kv][0] * 16 / 2**30, fmt="{:.2f}")
+    publish(f"big_{key}_peak_mib", mib(big[n_kv][1]), fmt="{:.0f}")
+publish("big_param_diff", f"{big[32][0] - big[8][0]:,}")
+publish("big_act_diff_mib", mib(d_act), fmt="{:.0f}")
+publish("big_peak_cut", 1 - big[8][1] / big[32][1], fmt="{:.0%}")
 print(f"\n激活值之差 {mib(d_act):.0f} MiB；公式 16 层 × 2（K、V）× 2048 × (2048 − 8×64) × 2 字节 = "
       f"{mib(16 * 2 * 2048 * (2048 - 8 * 64) * 2):.0f} MiB")
 
@@ -365,6 +387,9 @@ for dt in DTYPES:
     publish(f"repeat_{dname}_extra_mib", mib(base["extra"]), fmt="{:.2f}")
     publish(f"gqa_{dname}_extra_mib", mib(gqa["extra"]), fmt="{:.2f}")
     publish(f"gqa_{dname}_ratio", gqa["extra"] / base["extra"], fmt="{:.2f}")
+    publish(f"repeat_{dname}_fwd_mib", mib(base["fwd"]), fmt="{:.2f}")
+    publish(f"gqa_{dname}_fwd_mib", mib(gqa["fwd"]), fmt="{:.2f}")
+    publish(f"expand_{dname}_extra_mib", mib(res[(dt, IMPLS[1][0])]["extra"]), fmt="{:.2f}")
 
 # %% [markdown]
 # 看看两种写法各自给反向留下了什么（按存储去重，只列 1 MiB 及以上的张量）。两边的第一行都是输入 q，最后一行都是 SDPA 的输出（内核按 `[B, S, H, D]` 的布局写出）：
@@ -375,6 +400,8 @@ for label in (IMPLS[0][0], IMPLS[2][0]):
     for (_, nbytes), shape in res[(torch.float32, label)]["saved"].items():
         if nbytes >= 2**20:
             print("   ", pad(str(shape), 22), f"{mib(nbytes):.2f} MiB")
+copies = [nb for (_, nb), shape in res[(torch.float32, IMPLS[0][0])]["saved"].items() if shape == (B, HQ, S, D)]
+publish("repeat_saved_copy_mib", mib(copies[-1]), fmt="{:.0f}")      # 复制出来的 K（或 V），[B, HQ, S, D]
 
 # %% [markdown]
 # 起始代码保存的 K、V 是复制出来的两份 `[2, 8, 1024, 64]`（各 4 MiB，是原来的 $g = 4$ 倍），原始的 k、v 反而用不上了，反向时 dK、dV 也先以 8 个头的大小算出来，再由 `repeat_interleave` 的反向按组求和回 2 个头。`enable_gqa=True` 保存的只有原始的 q、k、v、输出和每行的 log-sum-exp（`[2, 8, 1024]` 的 FP32，不到 1 MiB，没列出来），dK、dV 直接按 2 个头累加——这正是 FlashAttention-2 论文第 3.1 节描述的做法：不复制 KV 头，只在内核里换算索引，反向时把同组查询头的梯度加到同一个 KV 头上。

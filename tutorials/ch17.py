@@ -12,6 +12,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。本教程全部用真实张量（MoE 的路由依赖数据，不能只用形状来“跑”）。
 
 # %%
+import datetime
 import math
 import os
 import socket
@@ -30,12 +31,16 @@ from vramlab.display import banner, mib, pad
 from vramlab.estimate import estimate
 from vramlab.models import build_model, get_preset
 from vramlab.runner import measure_workload
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import Workload
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner(f"transformers {transformers.__version__}")
 BACKEND = "auto"
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
+publish("transformers", transformers.__version__)
 
 # %% [markdown]
 # ## 1. FFN 在参数里占多少
@@ -94,6 +99,12 @@ for r in rows:
     print(pad(r["name"], 14), pad(f"{r['total']:,}", 16), pad(f"{r['ffn']:,}", 16),
           pad(f"{r['ffn'] / r['total']:.1%}", 9), f"{r['active']:,}")
 MIX = rows[-1]
+for r in rows:
+    key = r["name"].lower().replace("-", "_")
+    publish(f"ffn_{key}_total", f"{r['total']:,}")
+    publish(f"ffn_{key}_ffn", f"{r['ffn']:,}")
+    publish(f"ffn_{key}_share", r["ffn"] / r["total"], fmt="{:.1%}")
+    publish(f"ffn_{key}_active", f"{r['active']:,}")
 
 # %% [markdown]
 # - GPT-2 small 的 FFN 占全部参数的 45.5%，而不是 $8/12$：它的词嵌入（$50257 \times 768$）本身就占了约三成（见第 15 章）。只看 Transformer 层，FFN 正好是 $8h^2 / 12h^2$（加上偏置略多一点）。
@@ -106,6 +117,10 @@ MIX = rows[-1]
 for label, n in (("总参数", MIX["total"]), ("每个 token 用到的参数", MIX["active"])):
     print(f"Mixtral-8x7B {pad(label, 22)} {n / 1e9:6.2f}B × 16 字节 = {n * 16 / 1e9:7.1f} GB")
 print(f"只存 BF16 权重（推理）：{MIX['total'] * 2 / 1e9:.1f} GB ≈ {MIX['total'] * 2 / 2**30:.1f} GiB")
+publish("mix_state_gb", MIX["total"] * 16 / 1e9, fmt="{:.1f}")
+publish("mix_active_state_gb", MIX["active"] * 16 / 1e9, fmt="{:.1f}")
+publish("mix_bf16_gb", MIX["total"] * 2 / 1e9, fmt="{:.1f}")
+publish("mix_bf16_gib", MIX["total"] * 2 / 2**30, fmt="{:.1f}")
 
 # %% [markdown]
 # 模型状态要 747.2 GB，而“12.9B 激活参数”对应的 206.1 GB 只是计算量的尺度，不是显存的尺度。连推理时只放 BF16 权重也要 93.4 GB，一张 80 GB 的卡放不下。
@@ -124,7 +139,7 @@ print(f"只存 BF16 权重（推理）：{MIX['total'] * 2 / 1e9:.1f} GB ≈ {MI
 # | `swiglu_recompute` | 自定义 autograd 函数只存 `gate(x)` 和 `up(x)`，反向时重算 SiLU 和乘积（Liger Kernel 的 `LigerSiLUMulFunction` 就是这样做的） |
 # | `swiglu_ckpt` | 用 `torch.utils.checkpoint` 把整个 SwiGLU 包起来，只存输入 |
 
-# %%
+# %% tags=["ffn"]
 H, N_TOK = 768, 512
 F4, FSW = 4 * H, 2 * 4 * H // 3         # 3072 与 2048
 
@@ -219,6 +234,9 @@ for name, (saved, peak, _, n) in FFN.items():
     print(pad(name, 18), pad(f"{n:,}", 11), pad(f"{mib(saved):.2f}", 15), pad(f"{saved / UNIT:.2f}", 16),
           f"{mib(peak):.2f}")
 g0 = FFN["swiglu"][2]
+for name, (saved, peak, _, n) in FFN.items():
+    publish(f"ffn_{name}_units", saved / UNIT, fmt="{:.2f}")
+    publish(f"ffn_{name}_peak_mib", mib(peak), fmt="{:.0f}")
 print("三种 SwiGLU 的输入梯度一致：",
       all(torch.allclose(FFN[k][2], g0, atol=1e-5) for k in ("swiglu_recompute", "swiglu_ckpt")))
 
@@ -259,6 +277,17 @@ print(pad("峰值（估算器）", 20), pad(f"{mib(STEP['llama-tiny'][1].total_b
       f"{mib(STEP['moe-tiny'][1].total_bytes):.2f}")
 print("参数个数：", {n: STEP[n][0].trainable_params for n in STEP})
 print("峰值位置：", STEP["moe-tiny"][0].peak_where)
+for name in ("llama-tiny", "moe-tiny"):
+    key = name.replace("-tiny", "")
+    m, est = STEP[name]
+    for cat in ("parameters", "optimizer_state", "activations", "cuda_overhead"):
+        publish(f"step_{key}_{cat}_mib", mib(m.breakdown.get(cat, 0)), fmt="{:.2f}")
+    publish(f"step_{key}_peak_mib", mib(m.peak_bytes), fmt="{:.2f}")
+    publish(f"step_{key}_est_mib", mib(est.total_bytes), fmt="{:.2f}")
+publish("step_cuda_overhead_mib", mib(STEP["moe-tiny"][0].breakdown.get("cuda_overhead", 0)), fmt="{:.0f}")
+publish("step_act_growth", STEP["moe-tiny"][0].breakdown["activations"] / STEP["llama-tiny"][0].breakdown["activations"] - 1,
+        fmt="{:.0%}")
+publish("step_moe_est_gap_mib", abs(mib(STEP["moe-tiny"][0].peak_bytes - STEP["moe-tiny"][1].total_bytes)), fmt="{:.2f}")
 
 # %% [markdown]
 # 参数和优化器状态几乎翻倍（4 个专家的 FFN 比 1 个 FFN 多了 3 份），而激活值只多了约 37%：每个 token 只走 2 个专家，专家里的激活值是“$k$ 份 SwiGLU”，外加收集起来的专家输入输出和路由器的 logits。两个模型的峰值都出现在交叉熵反向时。这么小的模型里，64 MiB 的 cuBLAS 工作区（前向、反向各一份 32 MiB，模拟 H200）反而是最大的一块，读表时把它扣掉再比。
@@ -336,6 +365,9 @@ print("输出一致：", torch.allclose(yd, yp, atol=1e-5),
       "  四个梯度一致：", all(float((a - b).norm() / b.norm()) < 1e-5 for a, b in zip(gd, gp)))
 print(f"参考：一个 [E, T, 4h] 的 FP32 张量 = {mib(E * T_MOE * 4 * D * 4):.0f} MiB，"
       f"一个 [Tk, 4h] = {mib(T_MOE * K * 4 * D * 4):.0f} MiB")
+publish("moe_dense_mib", mib(pd), fmt="{:.2f}")
+publish("moe_dispatch_mib", mib(pp), fmt="{:.2f}")
+publish("moe_dispatch_share", pp / pd, fmt="{:.1%}")
 
 # %% [markdown]
 # 两种写法的输出和梯度一致，分发写法的峰值增量只有稠密写法的一小部分：稠密写法存了 $[E, T, 4h]$ 的 GELU 输入和输出，分发写法只存每个专家自己那 $Tk/E$ 行。本章的评分练习（`ch17-moe`）就是把稠密写法改成分发写法。
@@ -457,6 +489,9 @@ with torch.no_grad():
     probs0, _, top_i0 = route(x0, r0, K)
     load = torch.bincount(top_i0.reshape(-1), minlength=E)
 print("每个专家收到的 token 数：", load.tolist(), f"（平均 {T_MOE * K // E}）")
+publish("load_min", int(load.min()))
+publish("load_max", int(load.max()))
+publish("load_mean", T_MOE * K // E)
 print(pad("容量因子", 10), pad("容量 C", 8), pad("丢弃的 (token, 专家) 对", 24), pad("[E,C,h] 缓冲区 MiB", 20),
       "[T,E,C] FP32 掩码 MiB")
 for cf in (1.0, 1.25, 2.0):
@@ -464,7 +499,16 @@ for cf in (1.0, 1.25, 2.0):
     dropped = int((load - C).clamp(min=0).sum())
     print(pad(f"{cf}", 10), pad(str(C), 8), pad(f"{dropped}（{dropped / (T_MOE * K):.1%}）", 24),
           pad(f"{mib(E * C * D * 4):.2f}", 20), f"{mib(T_MOE * E * C * 4):.2f}")
+    key = f"cf{cf:g}".replace(".", "_")
+    publish(f"{key}_capacity", C)
+    publish(f"{key}_dropped", dropped)
+    publish(f"{key}_dropped_share", dropped / (T_MOE * K), fmt="{:.1%}")
+    publish(f"{key}_buffer_mib", mib(E * C * D * 4), fmt="{:.2f}")
+    publish(f"{key}_mask_mib", mib(T_MOE * E * C * 4), fmt="{:.2f}")
+    publish(f"{key}_mask_over_buffer", (T_MOE * E * C) / (E * C * D), fmt="{:.0f}")
 print(f"路由 logits [T, E]：{mib(T_MOE * E * 4):.3f} MiB；一层的隐藏状态 [T, h]：{mib(T_MOE * D * 4):.2f} MiB")
+publish("router_logits_mib", mib(T_MOE * E * 4), fmt="{:.3f}")
+publish("hidden_mib", mib(T_MOE * D * 4), fmt="{:.2f}")
 
 # %% [markdown]
 # 三点值得注意：
@@ -479,6 +523,7 @@ print(f"路由 logits [T, E]：{mib(T_MOE * E * 4):.3f} MiB；一层的隐藏状
 f_i = load.float() / load.sum()
 P_i = probs0.mean(dim=0)
 print(f"E · Σ f_i·P_i = {E * float((f_i * P_i).sum()):.4f}（均匀路由时为 1，越不均衡越大）")
+publish("aux_balance", E * float((f_i * P_i).sum()), fmt="{:.4f}")
 
 # %% [markdown]
 # ## 5. 专家并行：2 个 gloo 进程，all-to-all 交换 token
@@ -603,6 +648,11 @@ for rank in (0, 1):
     print(pad(str(rank), 5), pad(str(r["out_ok"]), 10), pad(str(r["grad_ok"]), 14), pad(str(r["splits"]), 18),
           pad(str(r["send_rows"]), 7), pad(str(r["recv_rows"]), 7), pad(f"{mib(r['dp_expert_bytes']):.3f}", 21),
           f"{mib(r['ep_expert_bytes']):.3f}")
+for rank in (0, 1):
+    publish(f"ep_rank{rank}_recv_rows", EP[rank]["recv_rows"])
+    publish(f"ep_rank{rank}_ok", "一致" if EP[rank]["out_ok"] and EP[rank]["grad_ok"] else "不一致")
+publish("ep_dp_expert_mib", mib(EP[0]["dp_expert_bytes"]), fmt="{:.3f}")
+publish("ep_ep_expert_mib", mib(EP[0]["ep_expert_bytes"]), fmt="{:.3f}")
 r = EP[0]
 print(f"\n路由器每个 rank 一份：{r['router_bytes']:,} 字节。"
       f"加上梯度和 AdamW 的两个状态（FP32 每参数 16 字节），专家部分每个 rank 从 "

@@ -12,6 +12,7 @@
 
 # %%
 import collections
+import datetime
 import warnings
 
 import torch
@@ -22,11 +23,14 @@ import transformers
 import vramlab
 from vramlab.display import banner, mib, pad
 from vramlab.models import build_model, get_preset
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()
 ON_GPU = banner(f"transformers {transformers.__version__}")
 FAKE = not ON_GPU           # 模拟设备上用 FakeTensorMode；真卡上用真实张量
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 两个公式，两种参数量
@@ -51,6 +55,12 @@ print(pad("模型", 14), pad("归一化层类型", 16), pad("层数", 6), pad("�
 for name in ["gpt2-small", "gpt2-medium", "llama-1b", "llama-7b"]:
     kind, count, n, total = norm_params(name)
     print(pad(name, 14), pad(kind, 16), pad(str(count), 6), pad(f"{n:,}", 12), pad(f"{total:,}", 16), f"{n / total:.4%}")
+    key = name.replace("-", "_")
+    publish(f"norm_{key}_share", n / total, fmt="{:.4%}")
+    publish(f"norm_{key}_count", count)
+    publish(f"norm_{key}_params", f"{n:,}")
+    if name == "gpt2-small":
+        publish("norm_gpt2_small_share_short", n / total, fmt="{:.2%}")
 
 # %% [markdown]
 # 每个 block 两个归一化层，再加上最后的一个（`ln_f` / `norm`）：GPT-2 small 是 $25 \times 2 \times 768 = 38{,}400$ 个参数，Llama-2-7B 形状是 $65 \times 4096 = 266{,}240$ 个。归一化层的参数在模型状态里可以忽略不计，**它们的显存账在激活值上**：每个归一化层都要为反向保存一个和隐藏状态一样大的张量。下面就来数这一笔。
@@ -145,6 +155,10 @@ for label, fn in [("F.rms_norm", lambda x, w: F.rms_norm(x, (256,), w, EPS)),
     g = torch.autograd.grad(y, (xs, ws), torch.ones_like(y) + xs.detach())
     print(pad(label, 20), pad(f"{(y - ref_y).abs().max().item():.1e}", 12),
           f"{(g[0] - ref_g[0]).abs().max().item():.1e}, {(g[1] - ref_g[1]).abs().max().item():.1e}")
+gx_err = max((torch.autograd.grad(RMSNormFn.apply(xs, ws, EPS), (xs,), torch.ones_like(ref_y) + xs.detach())[0]
+              - ref_g[0]).abs().max().item(), 0.0)
+mant, exp = f"{gx_err:.1e}".split("e")
+publish("fn_grad_err", f"{mant} \\times 10^{{{int(exp)}}}")
 print("gradcheck(RMSNormFn)：",
       torch.autograd.gradcheck(lambda x, w: RMSNormFn.apply(x, w, EPS), (xs[:4, :16], ws[:16])))
 
@@ -155,7 +169,7 @@ print("gradcheck(RMSNormFn)：",
 # - **前向后（MiB）**：前向结束时比开始多占的显存（输出 + 保存的张量）；
 # - **峰值（MiB）**：前向 + 反向期间比开始多出的最高值（输出 `y` 一直由调用者拿着，就像真实网络里下一层拿着它一样）。
 
-# %%
+# %% tags=["one_norm"]
 N = H = 4096
 UNIT = N * H * 4            # 1 个单位 = 一个 [4096, 4096] 的 FP32 张量 = 64 MiB
 
@@ -210,6 +224,20 @@ def show(results, ref):
 
 
 show(fp32, "手写 RMSNorm（起始代码）")
+KEYS = {"手写 LayerNorm": "eager_ln", "F.layer_norm": "f_ln", "手写 RMSNorm（起始代码）": "eager_rms", "F.rms_norm": "f_rms",
+        "RMSNormFn": "fn_rms", "MemEffRMSNormFn": "memeff_rms", "LlamaRMSNorm 写法": "hf_rms"}
+
+
+def publish_norms(results, tag, ref):
+    for label, r in results.items():
+        key = f"{tag}_{KEYS[label]}"
+        publish(f"{key}_saved_mib", mib(r["saved"]), fmt="{:.1f}")
+        publish(f"{key}_fwd_mib", mib(r["fwd"]), fmt="{:.1f}")
+        publish(f"{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+        publish(f"{key}_peak_ratio", r["peak"] / results[ref]["peak"], fmt="{:.2f}")
+
+
+publish_norms(fp32, "fp32", "手写 RMSNorm（起始代码）")
 
 # %% [markdown]
 # 逐行读（FP32，1 个单位 = 64 MiB）：
@@ -234,6 +262,7 @@ bf16 = {label: measure_norm(fn, dtype=torch.bfloat16, autocast=True) for label, 
 ]}
 show(bf16, "手写 RMSNorm（起始代码）")
 print("\nF.rms_norm 的警告：", bf16["F.rms_norm"]["warn"] or "（无）")
+publish_norms(bf16, "bf16", "手写 RMSNorm（起始代码）")
 
 # %% [markdown]
 # `F.layer_norm` 在 autocast 下保存了 1 个单位（64 MiB）：正是 BF16 输入被转成的 FP32 副本，比 BF16 输入本身（32 MiB）大一倍。Korthikanti 等人估算激活值时假设两个 LayerNorm 的输入都按 2 字节保存（每层 $4sbh$ 字节），在 PyTorch autocast 下它们实际按 4 字节保存。`LlamaRMSNorm` 的写法先 `.to(torch.float32)`，保存了这份 FP32 副本（1 个单位）和转回 BF16 的 $\hat x$（0.5 个单位）；起始代码和 `F.rms_norm` 各存了 2 个单位（`pow` 在 autocast 下按 FP32 运行，存下 FP32 副本；`x * rstd` 按类型提升得到 FP32 的 $\hat x$）。警告说明 `F.rms_norm` 在这种 dtype 组合下走不了融合内核。
@@ -348,9 +377,16 @@ for autocast in (False, True):
             per_block = (r3["saved"] - r2["saved"]) / UNIT
             copies = (r3["copies"] - r2["copies"]) / UNIT
             blocks_result[(pre, mem_eff, autocast)] = (per_block, r3["peak"])
+            key = f"{'pre' if pre else 'post'}_{'memeff' if mem_eff else 'ln'}_{'bf16' if autocast else 'fp32'}"
+            publish(f"block_{key}_units", per_block, fmt="{:.2f}")
+            publish(f"block_{key}_peak_mib", mib(r3["peak"]), fmt="{:.1f}")
+            publish(f"block_{key}_copies", copies, fmt="{:.0f}")
             print(pad("Pre-Norm" if pre else "Post-Norm", 10), pad("MemEffLayerNormFn" if mem_eff else "F.layer_norm", 20),
                   pad("BF16 autocast" if autocast else "FP32", 15), pad(f"{per_block:.2f} 单位", 14),
                   pad(f"{copies:.2f} 单位", 16), f"{mib(r3['peak']):.1f}")
+publish("block_pre_bf16_memeff_extra_mib", mib(blocks_result[(True, True, True)][1] - blocks_result[(True, False, True)][1]),
+        fmt="{:.0f}")
+publish("block_fp32_memeff_saving", blocks_result[(True, False, False)][0] - blocks_result[(True, True, False)][0], fmt="{:.0f}")
 
 # %% [markdown]
 # FP32 下，Pre-Norm 和 Post-Norm 每个 block 保存的激活值**完全相同**（16 个单位）：两种排列里，每个归一化层都存一份自己的输入（1 个单位），它的输出又被下一个线性层当作输入存一份。区别只在于存的是**哪个**张量：Pre-Norm 的归一化层存的是残差流 $x_l$ 本身（它不经过归一化，幅度随层数增长），Post-Norm 存的是残差和 $x_l + F(x_l)$，归一化后的输出才是残差流。
@@ -410,6 +446,9 @@ for name, kind in [("tiny", "LayerNorm"), ("llama-tiny", "RMSNorm")]:
         nb, tot = saved_by_module(name, autocast)
         print(pad(name, 12), pad(kind, 14), pad("BF16 autocast" if autocast else "FP32", 16), pad(f"{nb:.2f}", 22),
               pad(f"{tot:.2f}", 18), f"{nb / tot:.1%}")
+        key = f"{name.replace('-', '_')}_{'bf16' if autocast else 'fp32'}"
+        publish(f"model_{key}_norm_units", nb, fmt="{:.2f}")
+        publish(f"model_{key}_share", nb / tot, fmt="{:.1%}")
 
 # %% [markdown]
 # 这里 1 个单位是一个 $[8, 256, 128]$ 的 FP32 张量（1 MiB），每个模型有 5 个归一化层（每个 block 2 个，外加最后 1 个）。GPT-2 的 `nn.LayerNorm` 走的是融合内核，每层只存输入（1 个单位）和两个很小的统计量，5 层约 5 个单位。Llama 的 `LlamaRMSNorm` 是逐元素算子拼出来的，每层除了输入还存一份 $\hat x$，5 层约 10 个单位，是 LayerNorm 的两倍：RMSNorm 在公式上省掉的均值，被 eager 实现多存的中间结果抵消了。BF16 autocast 下，两者归一化层保存的字节数都不变（残差流本来就是 FP32，`LlamaRMSNorm` 又显式转成 FP32 计算），而线性层、注意力存的张量变成了 BF16，所以归一化层的占比反而更高。

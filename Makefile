@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.vramlab-installed
 
-.PHONY: install serve site chromium bubblewrap test check lab bench bench-site calibrate clean
+.PHONY: install serve site chromium bubblewrap slurm test check lab bench bench-site calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,10 +40,18 @@ bubblewrap:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
 	  echo "bubblewrap 未安装：评分器只能在没有操作系统沙箱的情况下运行（沙箱测试将跳过；CI 中会失败）"; }
 
+# The Slurm test (tests/test_slurm.py) starts a one-machine cluster from Debian's slurm-wlm and munge
+# (scripts/slurm/single_node.sh); install them when we may (root + apt), else it says why it skips.
+slurm:
+	@{ { command -v slurmctld || [ -x /usr/sbin/slurmctld ]; } && { command -v munged || [ -x /usr/sbin/munged ]; }; } >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null) || \
+	  echo "slurm-wlm 或 munge 未安装：Slurm 测试将跳过（CI 中会失败）"; }
+
 # Two test processes (pytest-xdist, a file per process at a time): the graded children of one use
 # the core the other's test process leaves idle.
 TEST_JOBS ?= 2
-test: $(STAMP) chromium bubblewrap
+test: $(STAMP) chromium bubblewrap slurm
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=15
 
 # The daily loop: unit tests and the judges on recorded results; no test here may start a process.

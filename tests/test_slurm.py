@@ -381,3 +381,12 @@ def test_the_guide_shows_the_commands_this_test_runs():
     for command in (COMMAND, ATTACH.format(run="<运行编号>"), LOCAL, "scripts/slurm/single_node.sh start",
                     "scripts/slurm/single_node.sh stop"):
         assert command in text, command
+
+
+def test_without_slurm_commands_the_slurm_mode_says_so_in_chinese(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    code = slurm.main(["--slurm", "--csv", str(tmp_path / "g.csv"), "x.ipynb"])
+    assert code == 4 and "找不到 squeue" in capsys.readouterr().err
+    code = slurm.main(["--attach", "r1", "--json", "--csv", str(tmp_path / "g.csv")])
+    out = capsys.readouterr().out
+    assert code == 4 and json.loads(out)["exit_code"] == 4

@@ -548,6 +548,8 @@ def _find_run(args) -> tuple[dict, Path]:
 
 
 def slurm_main(args) -> int:
+    if shutil.which("squeue") is None:          # without it the wait could never end
+        raise SlurmError("找不到 squeue：请在能提交 Slurm 作业的登录节点上运行（或装好 Slurm 的客户端命令）")
     if args.attach:
         run, state = _find_run(args)
         print(f"重新等待运行 {run['run']}（作业 {run.get('job_id')}，{run['tasks']} 个任务，{len(run['todo'])} 份）", file=sys.stderr)

@@ -11,6 +11,7 @@
 # 没有 GPU 时，显存在 CPU 上的**模拟设备**里统计（`vramlab.open_device("auto")` 自动选择；有 NVIDIA GPU 时同样的代码在真卡上测量）。第 1、2 节的 GPT-2 small 在 FakeTensorMode 下运行（只有形状、没有数据）；第 3 节只比较数值；第 4 节用真实张量跑 4 层的 `gpt2-mini`。
 
 # %%
+import datetime
 import gc
 import importlib.util
 import math
@@ -29,6 +30,8 @@ from vramlab.workload import from_reference_name
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
 ON_GPU = banner()
 FAKE = not ON_GPU          # 第 1、2 节：模拟设备上用 FakeTensorMode
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 for lib in ("bitsandbytes", "torchao"):
     print(f"{lib:13s}", "已安装" if importlib.util.find_spec(lib) else "未安装（pip install " + lib + "）")
 
@@ -81,9 +84,19 @@ print(f"GPT-2 small：{N:,} 个参数，FP32 参数 {mib(4 * N):.1f} MiB；最�
       f"{mib(largest.numel() * 4):.1f} MiB\n")
 print(pad("优化器", 20), pad("状态 MiB", 10), pad("字节/参数", 11), pad("step 前 MiB", 13),
       pad("step 峰值 MiB", 15), "其中临时张量 MiB")
+STEP_KEYS = {"SGD": "sgd", "SGD 动量 0.9": "sgdm", "AdamW foreach": "adamw_foreach", "AdamW for 循环": "adamw_loop",
+             "AdamW fused": "adamw_fused", "Adafactor": "adafactor", "Adafactor foreach": "adafactor_foreach"}
 for r in step_rows:
     print(pad(r["name"], 20), pad(f"{mib(r['state']):.1f}", 10), pad(f"{r['state'] / N:.4f}", 11),
           pad(f"{mib(r['before']):.1f}", 13), pad(f"{mib(r['peak']):.1f}", 15), f"{mib(r['temp']):.1f}")
+    key = STEP_KEYS[r["name"]]
+    publish(f"step_{key}_state_mib", mib(r["state"]), fmt="{:.1f}")
+    publish(f"step_{key}_peak_mib", mib(r["peak"]), fmt="{:.1f}")
+    publish(f"step_{key}_temp_mib", mib(r["temp"]), fmt="{:.1f}")
+publish("largest_param_mib", mib(largest.numel() * 4), fmt="{:.1f}")
+publish("params_mib", mib(4 * N), fmt="{:.1f}")
+temps = {STEP_KEYS[r["name"]]: r["temp"] for r in step_rows}
+publish("foreach_minus_loop_temp_mib", round(mib(temps["adamw_foreach"]), 1) - round(mib(temps["adamw_loop"]), 1), fmt="{:.1f}")
 
 # %% [markdown]
 # 逐行读：
@@ -136,6 +149,21 @@ for name in NAMES:
     print(pad(name, 38), pad(str(h), 10), pad(f"{mib(m.peak_bytes):.1f}", 14),
           pad(f"{(mib(m.peak_bytes) - h) / h:+.2%}", 9), pad(f"{mib(m.breakdown.get('optimizer_state', 0)):.1f}", 10),
           m.peak_where.split(" @ ")[0])
+H200_KEYS = dict(zip(NAMES, ("adamw", "noforeach", "adafactor", "sgdm")))
+base = ref["small_fp32_adamw_b8_s512"]
+for name in NAMES:
+    key = H200_KEYS[name]
+    publish(f"h200_{key}_mib", ref[name].steady_mib)
+    publish(f"h200_{key}_ms", ref[name].step_ms, fmt="{:.1f}")
+    publish(f"sim_{key}_mib", mib(full[name].peak_bytes), fmt="{:.1f}")
+    if key != "adamw":
+        publish(f"h200_{key}_diff_mib", f"{ref[name].steady_mib - base.steady_mib:+d}".replace("-", "−"))
+        publish(f"h200_{key}_saving_mib", base.steady_mib - ref[name].steady_mib)
+publish("h200_sgdm_saving_pct", 1 - ref["small_fp32_sgdm_b8_s512"].steady_mib / base.steady_mib, fmt="{:.0%}")
+publish("h200_adafactor_saving_pct", 1 - ref["small_fp32_adafactor_b8_s512"].steady_mib / base.steady_mib, fmt="{:.0%}")
+publish("h200_first_step_mib", base.first_step_mib)
+publish("h200_purebf16_mib", ref["small_purebf16_adamw_b8_s512"].steady_mib)
+publish("sim_dev_abs_max", max(abs(mib(full[n].peak_bytes) / ref[n].steady_mib - 1) for n in NAMES), fmt="{:.2%}")
 
 # %% [markdown]
 # 四行的峰值都在反向刚开始、对 log-softmax 求梯度的时刻（`_log_softmax_backward_data`）：批大小 8、序列长度 512 时，激活值和 logits 比优化器一步的全部开销还大。所以在这个配置下：
@@ -222,6 +250,7 @@ def errors(m, v, cs, cu, block):
     return rel(m, mh), rel(v, vh), ((vh == 0) & (v != 0)).float().mean().item(), rel(u, uh)
 
 
+quant = {}
 for pname in ("transformer.wte.weight", "transformer.h.1.attn.c_attn.weight"):
     p = dict(tiny.named_parameters())[pname]
     m_true, v_true = adamw.state[p]["exp_avg"], adamw.state[p]["exp_avg_sq"]
@@ -235,6 +264,16 @@ for pname in ("transformer.wte.weight", "transformer.h.1.attn.c_attn.weight"):
                                  ("动态码表，每 2048 个一块", SIGNED, UNSIGNED, 2048)]:
         em, ev, zero, eu = errors(m_true, v_true, cs, cu, block)
         print(pad(label, 28), pad(f"{em:.4f}", 12), pad(f"{ev:.4f}", 12), pad(f"{zero:.1%}", 14), f"{eu:.4g}")
+        if pname == "transformer.wte.weight":
+            key = ("dyn" if cs is SIGNED else "lin") + ("_block" if block == 2048 else "_whole")
+            quant[key] = eu
+            publish(f"quant_{key}_zero", zero, fmt="{:.1%}")
+            publish(f"quant_{key}_update_err", eu, fmt="{:.4g}")
+            if cs is SIGNED:
+                publish(f"quant_{key}_update_err_pct", eu, fmt="{:.1%}")
+    if pname == "transformer.wte.weight":
+        publish("wte_v_max_over_median", f"{(v_true.max() / v_true.median()).item():.1e}".replace("e+0", " \\times 10^").replace("e+", " \\times 10^"))
+        publish("quant_block_gain", 1 - quant["dyn_block"] / quant["dyn_whole"], fmt="{:.0%}")
 
 # %% [markdown]
 # 相对误差是 $\overline{|\hat{x} - x|} / \overline{|x|}$。只看 $m$、$v$ 自身的平均误差，几种表示差别不大；要看的是最后一列，Adam 真正用到的更新方向 $m / (\sqrt{v} + \epsilon)$。二阶矩 $v$ 是梯度的平方，最大值和中位数差好几个数量级：线性码表把 $[0, \text{absmax}]$ 均分成 255 份，小于 $\text{absmax}/510$ 的数全被量化成 0，分母 $\sqrt{v}$ 变成 0，更新被放大到 $m/\epsilon$，更新方向的误差是原值的几百上千倍。动态码表在 0 附近有很多码值，没有一个 $v$ 变成 0；再分块，每块的 absmax 只管 2048 个数，误差又小一些。
@@ -310,6 +349,11 @@ print(f"\ntiny 共 {n_tiny:,} 个参数；状态字节：FP32 AdamW {s32:,}（{s
 psmall = 124_439_808
 print(f"换算到 GPT-2 small（{psmall:,} 个参数，全部按 8 位计）：每参数 2 + 2×4/2048 字节 → "
       f"{mib(psmall * (2 + 8 / 2048)):.1f} MiB，而 FP32 AdamW 是 {mib(psmall * 8):.1f} MiB（算术）")
+publish("small_8bit_state_mib", mib(psmall * (2 + 8 / 2048)), fmt="{:.1f}")
+publish("small_adamw_state_mib", mib(psmall * 8), fmt="{:.1f}")
+publish("small_sgdm_state_mib", mib(psmall * 4), fmt="{:.1f}")
+publish("tiny_fp32_bpp", s32 / n_tiny, fmt="{:.3f}")
+publish("tiny_hand8_bpp", o8.state_bytes() / n_tiny, fmt="{:.3f}")
 
 # %% [markdown]
 # 两条损失曲线几乎重合：分块动态量化的误差没有在 12 步里累积成可见的差别（这只是一个小实验，不代表任何模型都如此；论文在大模型上的结论见正文）。`tiny` 的很多参数（LayerNorm、偏置、位置嵌入以外的小张量）不足 4096 个元素，仍按 FP32 保存，所以它的字节/参数高于 2。
@@ -334,6 +378,8 @@ for i in (0, 3, 7, 11):
 print(f"\nbitsandbytes 的状态（uint8 码、每块 absmax、全体参数共用的两张 256 项码表，小参数仍是 FP32；按存储去重）："
       f"{sb:,} 字节，{sb / n_tiny:.3f} 字节/参数")
 publish("bnb_state_bpp", sb / n_tiny, fmt="{:.3f}")
+for key, losses in (("fp32", l32), ("hand8", l8), ("bnb", lb)):
+    publish(f"loss12_{key}", losses[11], fmt="{:.4f}")
 
 
 def optimizer_state_on_device(make_opt):
@@ -353,6 +399,9 @@ on_dev32 = optimizer_state_on_device(lambda ps: torch.optim.AdamW(ps, lr=1e-3))
 on_dev8 = optimizer_state_on_device(lambda ps: bnb.optim.AdamW8bit(ps, lr=1e-3))
 print(f"模拟设备上的优化器状态：torch AdamW {mib(on_dev32):.2f} MiB，bitsandbytes AdamW8bit {mib(on_dev8):.2f} MiB"
       f"（{on_dev8 / on_dev32:.2f} 倍）")
+publish("dev_state_fp32_mib", mib(on_dev32), fmt="{:.2f}")
+publish("dev_state_bnb_mib", mib(on_dev8), fmt="{:.2f}")
+publish("dev_state_ratio", on_dev8 / on_dev32, fmt="{:.2f}")
 
 # %% [markdown]
 # bitsandbytes 的损失与 FP32 AdamW 同样几乎重合；它的字节/参数比手写版还高一些，主要因为 bitsandbytes 0.50.2 的 8 位分块优化器每块只有 256 个数（`bitsandbytes/optim/optimizer.py` 里 `blocksize = 256`），absmax 比手写版的每块 2048 个多 8 倍。每个参数的状态里都有 `qmap1`、`qmap2` 两个键，但它们指向全体参数共用的两张 256 项码表，所以上面按存储去重后只算一次。
@@ -462,6 +511,9 @@ for key, r in results.items():
     if key == "C":
         publish("offload_c_vs_a_max_diff", f"{diff:.2e}")
 print()
+for cat in ("parameters", "gradients", "optimizer_state", "temporaries", "cuda_overhead"):
+    publish(f"offload_a_{cat}_mib", mib(results["A"]["bd"].get(cat, 0)), fmt="{:.1f}")
+publish("offload_bc_ratio", max(results["B"]["peak"], results["C"]["peak"]) / results["A"]["peak"], fmt="{:.2f}")
 for key, r in results.items():
     parts = "，".join(f"{k} {mib(v):.1f}" for k, v in r["bd"].items() if v)
     print(f"{key} 峰值位置：{r['where']}\n  组成（MiB）：{parts}")
@@ -497,3 +549,7 @@ for name, n in [("gpt2-mini", n_mini), ("GPT-2 small", psmall), ("7B", 7_000_000
     for bytes_per, tag in ((4, "FP32"), (2, "16 位")):
         one_way = n * bytes_per
         print(pad(name, 16), pad(f"{n:,}", 16), pad(f"{tag}：{one_way / 1e9:.3f} GB", 28), f"{one_way / PCIE4 * 1e3:,.1f} ms")
+        if bytes_per == 2 and name in ("GPT-2 small", "7B"):
+            key = "small" if name == "GPT-2 small" else "7b"
+            publish(f"pcie_{key}_gb", one_way / 1e9, fmt="{:.3f}" if key == "small" else "{:.0f}")
+            publish(f"pcie_{key}_ms", one_way / PCIE4 * 1e3, fmt="{:.1f}" if key == "small" else "{:.0f}")

@@ -26,10 +26,13 @@ import vramlab
 from vramlab.display import banner, pad, mib
 from vramlab.estimate import param_count
 from vramlab.models import build_model, count_params
+from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
 transformers.logging.set_verbosity_error()
 ON_GPU = banner()
 T_START = time.perf_counter()
+publish("date", datetime.date.today().isoformat())
+publish("torch", torch.__version__)
 
 # %% [markdown]
 # ## 1. 纸面账：链路带宽与 NCCL 自己的缓冲区
@@ -40,7 +43,7 @@ T_START = time.perf_counter()
 #
 # 厂商的标称值常常是“双向合计”，而且网卡用的是比特：NVLink 4（H100/H200）每卡合计 900 GB/s，即每个方向 450 GB/s；NVLink 5（Blackwell）合计 1.8 TB/s，每个方向 900 GB/s；PCIe 5.0 x16 合计 128 GB/s，每个方向 64 GB/s；InfiniBand NDR 每端口 400 Gb/s = 50 GB/s，XDR 800 Gb/s = 100 GB/s（每个方向；出处见正文脚注）。下面用这些数字算两个例子的理论下限：GPT-2 small 的 FP32 梯度，以及 Llama-7B 形状的 BF16 梯度，都是 8 张卡。这只是带宽下限，不含延迟、协议开销和拥塞，不是实测时间。
 
-# %%
+# %% tags=["links"]
 LINKS = [("NVLink 4（H100/H200）", 450e9), ("NVLink 5（Blackwell）", 900e9), ("PCIe 5.0 x16", 64e9),
          ("InfiniBand NDR 400 Gb/s", 50e9), ("InfiniBand XDR 800 Gb/s", 100e9)]
 N = 8
@@ -53,6 +56,11 @@ for name, bw in LINKS:
 for m, b in cases:
     print(f"{m}：{param_count(m):,} 个参数，梯度 S = {sizes[m] / 1e9:.3f} GB；N = {N} 时每个 rank 发送 "
           f"{2 * (N - 1) / N * sizes[m] / 1e9:.3f} GB")
+publish("llama_grad_gb", sizes["llama-7b"] / 1e9, fmt="{:.3f}")
+publish("llama_send_gb", 2 * (N - 1) / N * sizes["llama-7b"] / 1e9, fmt="{:.3f}")
+publish("llama_params", f"{param_count('llama-7b'):,}")
+publish("llama_ndr_s", 2 * (N - 1) / N * sizes["llama-7b"] / 50e9, fmt="{:.2f}")
+publish("llama_nvlink4_ms", 2 * (N - 1) / N * sizes["llama-7b"] / 450e9 * 1e3, fmt="{:.0f}")
 
 # %% [markdown]
 # 节点内的 NVLink 与节点间的一块 400 Gb/s 网卡差了 9 倍（450 对 50 GB/s）。这就是为什么跨节点的数据并行最依赖通信与计算重叠，也是第 10 章的混合分片把参数的全收集关在节点内的原因。
@@ -69,6 +77,9 @@ print(f"每条连接：Simple {mib(simple):.3f} + LL {mib(ll):.3f} + LL128 {mib(
 print(pad("通道数", 8), pad("对端数", 8), "缓冲区合计（量级）")
 for ch, peers in ((2, 2), (8, 2), (16, 2), (32, 2), (16, 8)):
     print(pad(str(ch), 8), pad(str(peers), 8), f"{mib(ch * peers * per_conn):,.0f} MiB")
+    publish(f"nccl_c{ch}_p{peers}_mib", mib(ch * peers * per_conn), fmt="{:,.0f}")
+publish("nccl_per_conn_mib", mib(per_conn), fmt="{:.3f}")
+publish("nccl_per_conn_short_mib", mib(per_conn), fmt="{:.1f}")
 
 # %% [markdown]
 # 这只是量级估算：实际建立多少条连接取决于拓扑、算法（环、树、NVLS）和版本，NCCL 默认也只在第一次用到某条连接时才建立它。要点是：这些缓冲区由 NCCL 自己向 CUDA 申请，**不经过 PyTorch 的缓存分配器**，`torch.cuda.memory_allocated()` 看不到，nvidia-smi 看得到。模拟设备也不模拟它们。
@@ -267,7 +278,7 @@ print("\n七种配置、两个 rank 的参数完全一致：", len({res[r][k]["w
 #
 # 下面是稳态一步（第 3 步）的读数，取 rank 0（两个 rank 的峰值见最后两列）。单位 MiB，模拟设备的已分配显存：
 
-# %%
+# %% tags=["dp_table"]
 ref = res[0]["param"]["peak"]
 print(pad("写法", 13), pad("全规约", 7), pad("最大消息", 9), pad("最大桶", 8), pad("反向后仍在", 11),
       pad("通信时多占", 11), pad("整步峰值", 9), pad("相对 param", 11), pad("rank0", 8), pad("rank1", 8))
@@ -279,6 +290,15 @@ for kind in KINDS:
     print(pad(kind, 13), pad(str(r0["calls"]), 7), pad(f"{r0['max_msg'] / 1024:.0f}", 9), pad(biggest, 8),
           pad(f"{mib(r0['grads_alive']):.3f}", 11), pad(extra, 11), pad(f"{mib(r0['peak']):.3f}", 9),
           pad(f"{r0['peak'] / ref:.3f}", 11), pad(f"{mib(r0['peak']):.3f}", 8), pad(f"{mib(r1['peak']):.3f}", 8))
+    publish(f"dp_{kind.lower()}_calls", r0["calls"])
+    publish(f"dp_{kind.lower()}_peak_mib", mib(r0["peak"]), fmt="{:.3f}")
+    if not kind.startswith("hook"):
+        publish(f"dp_{kind.lower()}_comm_extra_mib", mib(r0["comm_extra"]), fmt="{:.3f}")
+    if r0["buckets"]:
+        publish(f"dp_{kind.lower()}_max_bucket_kib", max(r0["buckets"]) / 1024, fmt="{:.0f}")
+publish("dp_grad_mib", mib(4 * psi), fmt="{:.3f}")
+publish("dp_hook_async_over_param_mib", mib(res[0]["hook_async"]["peak"] - res[0]["param"]["peak"]), fmt="{:.1f}")
+publish("dp_ranks_same", "相同" if all(res[0][k]["peak"] == res[1][k]["peak"] for k in KINDS) else "不完全相同")
 
 # %% [markdown]
 # 读法：
@@ -377,9 +397,15 @@ for BB, BT in SETTINGS:
         print(pad("  " + m, 14), pad(" / ".join(f"{mib(x):.1f}" for x in r["peaks"]), 30), r["where"])
     saved = big["after"]["peaks"][-1] - big["in_backward"]["peaks"][-1]
     print(f"  稳态峰值少了 {mib(saved):.1f} MiB（{saved / big['after']['peaks'][-1]:.1%}），是 4Ψ 的 {saved / (4 * psi_big):.2f} 倍")
+    publish(f"big_b{BB}_s{BT}_saved_mib", mib(saved), fmt="{:.1f}")
+    publish(f"big_b{BB}_s{BT}_saved_pct", saved / big["after"]["peaks"][-1], fmt="{:.1%}")
+    for m, r in big.items():
+        publish(f"big_b{BB}_s{BT}_{m}_grads_mib", mib(r["bd"].get("gradients", 0)), fmt="{:.1f}")
+        publish(f"big_b{BB}_s{BT}_{m}_cuda_mib", mib(r["bd"].get("cuda_overhead", 0)), fmt="{:.0f}")
     for m, r in big.items():
         parts = "，".join(f"{k} {mib(v):.1f}" for k, v in r["bd"].items() if v)
         print(f"  {m} 峰值时刻的组成（MiB）：{parts}")
+publish("big_grad_mib", mib(4 * psi_big), fmt="{:.1f}")
 
 # %% [markdown]
 # 两种设置的结论截然不同，原因在峰值出现的时刻：

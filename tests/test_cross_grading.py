@@ -10,16 +10,10 @@ import pytest
 from vramlab.grader import slots
 from vramlab.grader.core import grade_file
 
+from test_confine import _shmem     # the host's shared memory, as /proc/meminfo counts it
+
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent / "fixtures" / "cross_grading"
-
-
-def _shmem() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("Shmem:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 @pytest.mark.skipif(not slots.ENABLED, reason="常驻沙箱只在 Linux 上使用")

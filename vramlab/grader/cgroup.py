@@ -195,6 +195,13 @@ class RankGroup:
     """One rank's memory cgroup: made by the parent, the rank moved in at `ready`, read at `done`,
     emptied and removed when the grading ends."""
 
+    @classmethod
+    def existing(cls, hierarchy: Hierarchy, path: Path) -> "RankGroup":
+        """A group made earlier (by a grader that was killed), to empty and remove."""
+        group = cls.__new__(cls)
+        group.h, group.path = hierarchy, path
+        return group
+
     def __init__(self, hierarchy: Hierarchy, limit_bytes: int | None = None):
         self.h = hierarchy
         self.path = hierarchy.base / f"{PREFIX}{os.getpid()}-{next(_counter)}"
@@ -256,8 +263,6 @@ def sweep_stale() -> list[str]:
             continue
         if owner == os.getpid() or os.path.exists(f"/proc/{owner}"):
             continue
-        group = RankGroup.__new__(RankGroup)
-        group.h, group.path = h, Path(entry.path)
-        if group.remove(wait_s=1.0):
+        if RankGroup.existing(h, Path(entry.path)).remove(wait_s=1.0):
             removed.append(entry.path)
     return removed

@@ -45,13 +45,10 @@ KNOWN = {
     "mistral-7b-v0.1 activations fp16-mixed qlora-all-linear none sgd none 1 eager 0.1 False": -0.047,
     "mistral-7b-v0.1 activations bf16-mixed lora-all-linear full adamw8bit activations 1 eager 0.1 True": -0.076,
     "mistral-7b-v0.1 activations fp32 qlora full adafactor none 2 sdpa 0.1 True": +0.061,
-    "qwen2.5-7b activations bf16-mixed lora-all-linear selective adamw activations 1 sdpa 0.1 False": -0.054,
-    "qwen2.5-7b activations bf16-mixed lora-all-linear selective adafactor activations 1 sdpa 0.1 True": -0.055,
     "qwen2.5-7b activations bf16-mixed qlora full adamw8bit activations 1 eager 0.1 True": -0.078,
     "qwen2.5-7b activations fp16-mixed lora-qkvo full adamw8bit activations 2 eager 0.1 False": -0.039,
     "qwen2.5-7b activations fp16-mixed lora-all-linear none adamw8bit none 1 sdpa 0.0 True": -0.045,
     "qwen2.5-tied activations bf16 lora-all-linear full sgdm activations 1 eager 0.1 True": -0.048,
-    "qwen2.5-tied activations bf16 qlora selective sgd activations 2 sdpa 0.0 True": -0.032,
     "mixtral-8x7b-v0.1 activations bf16 lora-qkvo full sgd none 2 sdpa 0.1 True": +0.047,
 }
 

@@ -400,6 +400,7 @@ class _Forward:
         self.in_attn = False
         self.fwd_peak = 0           # saved so far + the op's output and forward temporaries, at most
         self.fwd_peak_rc = 0        # the same with the weight copies saved so far (a recomputation)
+        self.fwd_peak_off = 0       # under save_on_cpu: the op's inputs, output and temporaries only
         self.wheld = 0
         self.linger = 0             # tensors a layer keeps in a local until it returns
         self._ids = ids
@@ -427,6 +428,9 @@ class _Forward:
            grad: int = 0, early: int = 0, wcopy: int = 0) -> _T:
         now = self.total() + out.n * out.b + fwd + self.linger
         self.fwd_peak = max(self.fwd_peak, now)
+        bases = {(x.base or x).id: (x.base or x) for x in ins}
+        self.fwd_peak_off = max(self.fwd_peak_off, sum(b.n * b.b for b in bases.values()) + out.n * out.b + fwd
+                                + self.linger)
         self.wheld += wcopy                  # a recomputation also re-creates the 16-bit weight copies
         self.fwd_peak_rc = max(self.fwd_peak_rc, now + self.wheld)
         saved, self._pending = tuple(self._pending), []
@@ -784,6 +788,7 @@ def _forward(w: Workload, p: Preset, fused_gelu: bool = False, recompute: str | 
     logits = f3.head(y)
     out = {"block_input": x_in.n * x_in.b, "logits_bytes_per_elem": logits.b,
            "first_fwd": f1.fwd_peak, "rest_fwd": f2.fwd_peak, "first_fwd_rc": f1.fwd_peak_rc,
+           "rest_fwd_off": f2.fwd_peak_off,
            "rest_fwd_rc": f2.fwd_peak_rc, "out_bytes": y.n * y.b}
     offload = w.offload == "activations"
     for part, fw in (("emb", f), ("first", f1), ("rest", f2), ("head", f3)):
@@ -820,11 +825,23 @@ def activation_bytes(w: Workload, p: Preset | None = None) -> int:
       dtype); one block is recomputed at a time in backward.
     - selective: the attention module of each block is checkpointed instead (see `_Forward`).
     - offload="activations" (torch.autograd.graph.save_on_cpu): saved tensors live in host memory,
-      the inputs a checkpoint keeps too (torch.utils.checkpoint saves them as saved tensors, through
-      the same hooks); what a recomputation saves stays on the device (its hooks are innermost).
+      the positional inputs a checkpoint keeps too (non-reentrant torch.utils.checkpoint saves them
+      with save_for_backward, through the same hooks); what a recomputation saves stays on the
+      device (its hooks are innermost). Keyword arguments are different: `recompute_fn` closes over
+      `kwargs` (torch/utils/checkpoint.py, `_checkpoint_without_reentrant_generator`:
+      `fn(*args, **kwargs)`), so a tensor passed by keyword stays on the device. transformers'
+      Llama-family decoder layers call `self.self_attn(hidden_states=hidden_states, ...)`, so under
+      selective checkpointing each layer's attention input stays (GPT-2 and BERT pass it
+      positionally: offloaded).
     Gradient accumulation does not change this: only one micro-batch is in flight.
     """
     return _activations(w, p or get_preset(w.model))["total"]
+
+
+def _kwarg_checkpoint_input(w: Workload, p: Preset) -> bool:
+    """Whether the selectively checkpointed attention module gets its input by keyword (kept on
+    the device by the checkpoint's recompute closure even under save_on_cpu; see `activation_bytes`)."""
+    return w.checkpointing == "selective" and p.family in ("llama", "mixtral")
 
 
 def _activations(w: Workload, p: Preset, sim: bool = False) -> dict:
@@ -836,8 +853,9 @@ def _activations(w: Workload, p: Preset, sim: bool = False) -> dict:
                                   for suffix in ("", "_casts", "_cached", "_kept"))
     if w.checkpointing == "full":            # checkpoint inputs: kept by the recomputation, never offloaded
         kept = L * fw["block_input"]
-    if w.offload == "activations":      # checkpoint inputs go through the saved-tensor hooks too
-        saved, casts, cached, kept = 0, 0, 0, 0
+    if w.offload == "activations":      # positional checkpoint inputs go through the saved-tensor hooks too
+        saved, casts, cached = 0, 0, 0
+        kept = kept if _kwarg_checkpoint_input(w, p) else 0
     return {"total": saved + kept, "saved": saved, "kept": kept, "casts": casts, "cached": cached, "forward": fw}
 
 
@@ -988,7 +1006,7 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     if ckpt == "full":
         own_rest = 0 if off else fw["block_input"]
     else:
-        own_rest = 0 if off else fw["rest"] + fw["rest_kept"]
+        own_rest = (fw["rest_kept"] if _kwarg_checkpoint_input(w, p) else 0) if off else fw["rest"] + fw["rest_kept"]
     ws_rest, ws_first = full["rest_ws"], full["first_ws"]
     if ckpt == "full":      # the recomputation's forward, with the block's output gradient waiting
         ws_rest = max(ws_rest, full["rest_fwd_rc"] + fw["out_bytes"])
@@ -996,7 +1014,9 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     ws_rest += (fw["rest_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
     ws_first += (fw["first_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
     # the last block's forward: the blocks before it saved, and it running (not checkpointed)
-    fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else 0)
+    # (under save_on_cpu the saved tensors are on the host, but the running op's inputs, output and
+    # temporaries are on the device, with the residual stream the layer holds for its skip connection)
+    fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else fw["rest_fwd_off"] + fw["block_input"])
     # at the end only the embeddings' saved tensors are left besides block 0's
     emb_saved = 0 if off else fw["emb"]
     # the LM head's saved weight copy is freed once its node ran; the last block's copies are part

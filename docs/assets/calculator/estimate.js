@@ -192,7 +192,7 @@
     this.gb = (w.zero && w.mixed) ? 2 : this.pb; this.shards = w.zero >= 2 ? w.gpus : 1;
     this.saved = {}; this.savedOrder = []; this.names = []; this.tape = []; this.pending = [];
     this.casts = 0; this.kept = 0; this.cached = 0; this.mute = false; this.inAttn = false;
-    this.fwdPeak = 0; this.fwdPeakRc = 0; this.wheld = 0; this.linger = 0; this.ids = ids || 0;
+    this.fwdPeak = 0; this.fwdPeakRc = 0; this.fwdPeakOff = 0; this.wheld = 0; this.linger = 0; this.ids = ids || 0;
   }
   Fwd.prototype.t = function (n, b, rg) { this.ids += 1; return new T(n, b, rg, this.ids); };
   Fwd.prototype.view = function (x, n) { this.ids += 1; return new T(n, x.b, x.rg, this.ids, x.base || x); };
@@ -210,6 +210,9 @@
     var x = extra || {};
     var now = this.total() + out.n * out.b + (x.fwd || 0) + this.linger;
     this.fwdPeak = Math.max(this.fwdPeak, now);
+    var seen = {}, insB = 0;      // under save_on_cpu: the op's inputs (each storage once), output and temporaries
+    ins.forEach(function (t) { var b = t.base || t; if (!seen[b.id]) { seen[b.id] = true; insB += b.n * b.b; } });
+    this.fwdPeakOff = Math.max(this.fwdPeakOff, insB + out.n * out.b + (x.fwd || 0) + this.linger);
     this.wheld += x.wcopy || 0;
     this.fwdPeakRc = Math.max(this.fwdPeakRc, now + this.wheld);
     var saved = this.pending; this.pending = [];
@@ -496,7 +499,7 @@
     var f3 = new Fwd(w, p, f2.ids, sim);
     var logits = f3.head(y);
     var out = { block_input: xIn.n * xIn.b, logits_bytes_per_elem: logits.b, first_fwd: f1.fwdPeak, rest_fwd: f2.fwdPeak,
-      first_fwd_rc: f1.fwdPeakRc, rest_fwd_rc: f2.fwdPeakRc, out_bytes: y.n * y.b };
+      first_fwd_rc: f1.fwdPeakRc, rest_fwd_rc: f2.fwdPeakRc, rest_fwd_off: f2.fwdPeakOff, out_bytes: y.n * y.b };
     [["emb", f], ["first", f1], ["rest", f2], ["head", f3]].forEach(function (pf) {
       out[pf[0]] = pf[1].total(); out[pf[0] + "_casts"] = pf[1].casts; out[pf[0] + "_kept"] = pf[1].kept;
       out[pf[0] + "_cached"] = pf[1].cached;
@@ -508,6 +511,9 @@
     return out;
   }
 
+  // _kwarg_checkpoint_input
+  function kwargCheckpointInput(w, p) { return w.checkpointing === "selective" && (p.family === "llama" || p.family === "mixtral"); }
+
   // _activations
   function activations(w, p, sim) {
     var fw = forward(w, p, null, sim), L = p.n_layers;
@@ -516,7 +522,8 @@
     function total(suffix) { return sum(parts.map(function (k) { return mult[k] * fw[k + suffix]; })); }
     var saved = total(""), casts = total("_casts"), cached = total("_cached"), kept = total("_kept");
     if (w.checkpointing === "full") kept = L * fw.block_input;
-    if (w.offload === "activations") { saved = 0; casts = 0; cached = 0; kept = 0; }
+    // positional checkpoint inputs are offloaded; a keyword one stays in the recompute closure
+    if (w.offload === "activations") { saved = 0; casts = 0; cached = 0; if (!kwargCheckpointInput(w, p)) kept = 0; }
     return { total: saved + kept, saved: saved, kept: kept, casts: casts, cached: cached, forward: fw };
   }
 
@@ -597,7 +604,7 @@
 
     var ckpt = w.checkpointing, off = w.offload === "activations";
     var full = ckpt === "none" ? fw : forward(withChanges(w, { checkpointing: "none" }), p, ckpt, false);
-    var ownRest = ckpt === "full" ? (off ? 0 : fw.block_input) : (off ? 0 : fw.rest + fw.rest_kept);
+    var ownRest = ckpt === "full" ? (off ? 0 : fw.block_input) : (off ? (kwargCheckpointInput(w, p) ? fw.rest_kept : 0) : fw.rest + fw.rest_kept);
     var wsRest = full.rest_ws, wsFirst = full.first_ws;
     if (ckpt === "full") {
       wsRest = Math.max(wsRest, full.rest_fwd_rc + fw.out_bytes);
@@ -605,7 +612,7 @@
     }
     wsRest += (ckpt !== "none" ? fw.rest_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
     wsFirst += (ckpt !== "none" ? fw.first_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
-    var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : 0);
+    var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : fw.rest_fwd_off + fw.block_input);
     var embSaved = off ? 0 : fw.emb;
     var headCopies = off ? 0 : fw.head_casts + (!w.zero ? fw.head_cached : 0);
     var restCopies = (off || ckpt === "full") ? 0 : fw.rest_casts + (!(w.zero || lora) ? fw.rest_cached : 0);

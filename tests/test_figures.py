@@ -26,7 +26,8 @@ from mkdocs.exceptions import PluginError
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 CHAPTERS = [f"ch{n:02d}" for n in range(1, 31)]
-DIAGRAM = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.svg)\)\{[^}]*\.vl-diagram\b[^}]*\}")
+# alt text may hold bound numbers, [[chNN.name]] (docs/hooks/bound_numbers.py)
+DIAGRAM = re.compile(r"!\[((?:\[\[[^\]]*\]\]|[^\]])*)\]\(([^)\s]+\.svg)\)\{[^}]*\.vl-diagram\b[^}]*\}")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

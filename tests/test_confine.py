@@ -32,6 +32,7 @@ def _python(code: str, **kw) -> subprocess.CompletedProcess:
 
 
 FILTERED = "from vramlab.grader import confine\nassert confine.seccomp_deny_new_processes()\n"
+DISTRIBUTED = "from vramlab.grader import confine\nassert confine.seccomp_deny_new_processes(sockets=True)\n"
 ATTEMPTS = {
     "os_fork": "import os\nos.fork()",
     "fork_exec": ("import os, _posixsubprocess\nr, w = os.pipe()\n"
@@ -46,6 +47,10 @@ ATTEMPTS = {
     "mq_open": "import ctypes\nctypes.CDLL('librt.so.1').mq_open(b'/q', 0o100 | 2, 0o600, None)",
     "keyring": "import ctypes\nctypes.CDLL(None).syscall(248, b'user', b'k', b'v', 1, -4)",   # add_key on x86_64
     "unshare": "import ctypes\nctypes.CDLL(None).unshare(0x08000000)",
+    # a single rank's socket buffers would be memory cgroup v1 does not charge
+    "socketpair": "import _socket\n_socket.socketpair()",
+    "socket_unix": "import ctypes\nctypes.CDLL(None).socket(1, 1, 0)",
+    "socket_tcp": "import _socket\n_socket.socket(2, 1)",
 }
 
 
@@ -61,7 +66,7 @@ def test_seccomp_kills_every_route_to_a_new_process_or_ipc_object(name):
 
 @pytest.mark.skipif(not LINUX, reason="seccomp 过滤器只支持 Linux x86_64 / aarch64")
 def test_seccomp_leaves_threads_and_ordinary_work_alone():
-    r = _python(FILTERED + textwrap.dedent("""
+    r = _python(DISTRIBUTED + textwrap.dedent("""
         import threading, torch, os, mmap, socket
         out = []
         t = threading.Thread(target=lambda: out.append(torch.ones(64, 64).sum().item())); t.start(); t.join()
@@ -72,6 +77,8 @@ def test_seccomp_leaves_threads_and_ordinary_work_alone():
     """))
     assert r.returncode == 0, r.stderr[-800:]
     assert r.stdout.split()[0] == "OK" and r.stdout.split()[-1] == "2"
+    r = _python(FILTERED + "import threading, torch\nprint(torch.ones(8).sum().item())")     # a single rank's work
+    assert r.returncode == 0 and r.stdout.strip() == "8.0", r.stderr[-800:]
 
 
 # -- memory cgroups ---------------------------------------------------------------------------------

@@ -20,22 +20,28 @@ import pytest
 
 import vramlab
 from vramlab.grader import slots
-from vramlab.grader.core import grade_file
+from vramlab.exercises import get_exercise
+from vramlab.grader.core import grade_file, grade_source
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = sorted((ROOT / "tests" / "hostile").glob("*.py"))
-TIMEOUT = 25   # generous (an honest grading takes ~2 s): 2 hostile gradings share 2 cores; the infinite loop is killed here
+TIMEOUT = 40   # generous (an honest grading takes ~2 s alone, 8 s with its baselines): 2 hostile gradings share 2 cores with the other test workers; the infinite loop is killed here
 PWNED = [ROOT / "PWNED_by_hostile.txt", ROOT / "nbgrader" / "PWNED_by_hostile.txt", Path("/tmp/PWNED_by_hostile.txt")]
 KEYS = {"exercise", "passed", "score", "max_score", "peak_bytes", "baseline_peak_bytes", "ratio", "target_ratio",
         "correct", "reason", "backend", "category"}
 
 
-def _expect(path: Path) -> set[str]:
-    """The categories the first line allows: `# expect: tamper` or `# expect: tamper|forbidden`."""
+def _expect(path: Path, starter: dict[str, str] | None = None) -> set[str]:
+    """The categories the first line allows: `# expect: tamper` or `# expect: tamper|forbidden`.
+    `starter` stands for the verdict the exercise's untouched starter gets (`starter` maps exercise
+    -> category, graded in the same run): a fixture whose trick failed falls back to the starter's
+    training, and whichever check refuses the starter first (technique, memory) refuses it too."""
     first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# expect:"), path
     allowed = {c.strip() for c in first.split(":", 1)[1].split("|") if c.strip()}
     assert allowed, path
+    if "starter" in allowed and starter is not None:
+        allowed = (allowed - {"starter"}) | {starter[_exercise(path)]}
     return allowed
 
 
@@ -98,6 +104,11 @@ def hostile_results(tmp_path_factory):
         for exercise in sorted({_exercise(p) for p in HOSTILE}):                             # cache the baselines
             grade_file(exercise, next(p for p in HOSTILE if _exercise(p) == exercise), timeout_s=TIMEOUT,
                        reuse_baseline=True)
+        starter = {}                                    # what each exercise's own starter is refused as
+        for exercise in sorted({_exercise(p) for p in HOSTILE}):
+            r = grade_source(exercise, get_exercise(exercise).starter, timeout_s=TIMEOUT, reuse_baseline=True)
+            assert not r["passed"], exercise
+            starter[exercise] = r["category"]
         with ThreadPoolExecutor(2) as ex:
             results = dict(ex.map(one, jobs))
     finally:
@@ -109,7 +120,7 @@ def hostile_results(tmp_path_factory):
         else:
             os.environ["XDG_RUNTIME_DIR"] = saved_runtime
         signal.signal(signal.SIGURG, old_handler)
-    return {"results": results, "new_tmp": [p.name for p in private.iterdir()],
+    return {"results": results, "starter": starter, "new_tmp": [p.name for p in private.iterdir()],
             "course_before": before, "course_after": _tree(course, skip=private), "signals": signals,
             "hidden": sorted({p for g in HIDE_GLOBS for p in glob.glob(g)} - hidden_before)}
 
@@ -119,7 +130,7 @@ def hostile_results(tmp_path_factory):
 def test_hostile_submission_scores_zero(path, hostile_results):
     r, seconds = hostile_results["results"][path.name]
     assert r["score"] == 0 and r["passed"] is False, r["reason"]
-    assert r["category"] in _expect(path), r["reason"]
+    assert r["category"] in _expect(path, hostile_results["starter"]), (r["reason"], seconds, r.get("cpu_seconds"))
     assert "ESCAPED" not in r["reason"], r["reason"]       # a fixture that got out says so in its exception
     assert r["reason"] and any("\u4e00" <= ch <= "\u9fff" for ch in r["reason"])     # Chinese reason
     assert seconds < TIMEOUT + 40
@@ -178,7 +189,10 @@ def test_cli_exercises_json():
     items = json.loads(out.stdout)
     from vramlab.exercises import EXERCISES
     assert [i["id"] for i in items] == list(EXERCISES) and len(items) == 33      # 30 chapters + 3 stage challenges
-    assert {"id", "chapter", "function", "target_ratio", "points", "notebook", "solution"} <= set(items[0])
+    assert {"id", "chapter", "function", "target_ratio", "points", "notebook"} <= set(items[0])
+    assert not any("solution" in i or "spec" in i for i in items), "the learner's listing names no reference"
+    staff = json.loads(_cli("exercises", "--json", "--instructor").stdout)
+    assert all(Path(ROOT / i["solution"]).is_file() and Path(ROOT / i["spec"]).is_file() for i in staff)
 
 
 @pytest.mark.slow

@@ -25,14 +25,11 @@ import sys
 
 from .errors import (EXIT_FAILED, EXIT_GRADER, EXIT_MEMORY, EXIT_UNREADABLE, EXIT_USAGE, Interrupted, describe,
                      os_error_zh, signal_zh, stop_on_signals)
+from . import vocab
 from .units import fmt_bytes, mib
 from .workload import ATTENTION, CHECKPOINTING, LORA_TARGETS, OPTIMIZERS, PRECISIONS, Workload, WorkloadError
 
-CATEGORY_ZH = {
-    "parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
-    "logits_and_loss": "logits 与损失", "temporaries": "临时张量", "cuda_overhead": "CUDA 开销（cuBLAS 工作区）",
-    "other": "其他",
-}
+CATEGORY_ZH = vocab.labels(vocab.STEP_CATEGORIES)
 
 
 ERROR_KINDS = {EXIT_FAILED: "failed", EXIT_USAGE: "bad_arguments", EXIT_UNREADABLE: "unreadable_submission",

@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .estimate import (PHASE_ZH, Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
                        param_count)
+from . import vocab
 from .models import Preset, get_preset
 from .units import GiB, MiB, fmt_bytes, parse_bytes
 from .workload import LORA_TARGETS, Workload, WorkloadError
@@ -83,8 +84,8 @@ PARETO_STEP = 0.02
 # peak a micro-batch size or a checkpointing choice moves memory more than it does. LoRA's
 # adapters are ~0.1-1% of the weights, so 8-bit AdamW saves megabytes there and is never offered.
 EIGHT_BIT_MIN_SHARE = 0.05
-CATEGORY_ZH = {"parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
-               "logits_and_loss": "logits 与损失", "temporaries": "临时张量", "cuda_overhead": "CUDA 开销"}
+CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activations", "logits_and_loss",
+                            "temporaries", "cuda_overhead"))
 
 METHOD_ZH = {"full": "全参数微调", "lora": "LoRA", "qlora": "QLoRA"}
 PRECISION_ZH = {"fp32": "FP32", "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）", "bf16": "纯 BF16 权重",

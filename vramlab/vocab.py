@@ -16,10 +16,10 @@ CATEGORIES: dict[str, tuple[str, str]] = {
     "optimizer_state": ("优化器状态", "例如 AdamW 的一阶、二阶矩"),
     "activations": ("激活值", "前向保存给反向用的张量，包括梯度检查点在反向时重算的"),
     "logits_and_loss": ("logits 与损失", "输出层的 logits 和损失的中间量"),
-    "temporaries": ("临时张量", "反向和优化器 step 里新建、用完即释放的张量"),
-    "cuda_overhead": ("CUDA 开销", "cuBLAS 工作区等 CUDA 库自己的显存"),
-    "other": ("其他", "不在模型的模块里新建的张量，例如你的函数里直接算的"),
-    "unknown": ("未分类", "CUDA 分配器不知道用途的显存（真卡上的 trace）"),
+    "temporaries": ("临时张量", "反向和优化器 step 里新建的（反向时重算的激活值仍算激活值）"),
+    "cuda_overhead": ("CUDA 开销（cuBLAS 工作区）", "cuBLAS 工作区等 CUDA 库自己的显存"),
+    "other": ("其他", "在模型的模块之外新建的，例如你的函数里直接算的张量"),
+    "unknown": ("未分类（CUDA 分配器不知道用途）", "真卡上的 trace 里，CUDA 分配器不知道用途的显存"),
     "before_trace": ("记录开始前已分配", "时间线开始记录之前已经在显存里的"),
 }
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from . import estimate as E
+from . import vocab
 from .models import PRESETS
 from .workload import ATTENTION, CHECKPOINTING, LORA_TARGETS, OFFLOAD, OPTIMIZERS, PRECISIONS
 
@@ -30,9 +31,8 @@ CARDS_GB = (24, 40, 80, 141)
 # card's size is marked "tight".
 CONTEXT_RESERVE_BYTES = 700 * E.MiB
 
-CATEGORY_ZH = {"parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态",
-               "activations": "激活值", "logits_and_loss": "logits 与损失", "temporaries": "临时张量",
-               "cuda_overhead": "CUDA 开销（cuBLAS 工作区）"}
+CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activations", "logits_and_loss",
+                            "temporaries", "cuda_overhead"))
 
 
 def _preset(p) -> dict:

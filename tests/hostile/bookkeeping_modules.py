@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 在评分器的记账里压低峰值：把 model.modules 换成实例上的生成器函数。评分器训练结束后数 Transformer block、
 # 然后才读峰值；数 block 时会调用它，而那时评分器自己的守卫是关着的（不算学员在运行）。函数体在那时把
 # 计量器的 peak 字段改成 60%。训练本身是起始代码的显存。

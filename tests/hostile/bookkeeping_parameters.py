@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 在评分器的记账里压低峰值：把 model.parameters 换成实例上的生成器函数。评分器训练结束后给参数做指纹、
 # 然后才读峰值；指纹时会调用它，而那时评分器自己的守卫是关着的（不算学员在运行）。函数体在那时把
 # 计量器的 peak 字段改成 60%。训练本身是起始代码的显存。

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 在评分器的记账里写文件：把 model.parameters 换成实例上的生成器函数。评分器最后给参数做指纹时
 # 会调用它，而记账期间评分器自己的守卫是关着的（审计不记、计量暂停）。函数体在那时运行，往课程根目录、
 # 从工作目录和 /proc/self/mountinfo 的路径往上找到的 nbgrader/ 和 /tmp 写 PWNED_by_hostile.txt（真正的作弊会改 gradebook 或评分代码）。

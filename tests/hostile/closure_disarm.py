@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 从钩子的闭包里找到评分器的开关：评分器在本进程里注册的全局 forward 钩子和 optimizer pre-step 钩子
 # 是普通 Python 函数，它们的 __closure__ 单元格里有评分器的状态字典（armed / trusted_io / learner）。
 # 把审计钩子"关掉"（armed=False、trusted_io=1），再用普通 open 读参考答案。拿到答案就满分，

@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 经由钩子闭包换掉评分器读峰值的函数：评分器的全局 forward 钩子的 __closure__ 里有评分器的命名空间
 # （SimpleNamespace，带 peak / reset_peak / payload 等）；把其中的 peak（以及闭包单元格里名叫
 # peak / max_allocated 的函数）换成返回真实值 60% 的版本。训练本身是起始代码的显存。

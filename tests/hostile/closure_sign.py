@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 经由钩子的 __globals__ 换掉评分器的签名/写结果函数：评分器注册的全局 forward 钩子是评分器模块里定义的
 # 函数，它的 __globals__ 就是评分器模块的全局字典。把里面名字带 sign/result/finish/write/report 的函数
 # 换成包装：参数里的结果字典先把峰值改成 60%、清空 violations，再交给原函数（旧评分器的 _sign(key, payload)

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 找课程根目录：从工作目录、vramlab.__file__、torch.__file__、sys.prefix、sys.executable 一路往上走，
 # 再试 /work/main，凡是有 solutions/、source/（nbgrader 的源 notebook 含答案）或 vramlab/exercises/ 的
 # 目录都去读本题答案（普通 open）。拿到答案就满分，拿不到就退回起始代码。

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 目录描述符绕过（列目录）：打开 vramlab 包目录得到 fd，os.open("..", dir_fd=fd) 走到课程根目录，
 # 再用 os.listdir(fd) 一层层列出 solutions/ 找到本题的 notebook，相对描述符读出参考答案。
 # os.listdir(整数) 的审计事件只带一个数字，看不出列的是哪个目录。拿到答案就满分，拿不到就退回起始代码。

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 目录描述符绕过（读参考答案）：先 os.open() 一个允许读的目录（vramlab 包、vramlab/sim、sys.prefix），
 # 再 os.open("../solutions/…", dir_fd=fd) 相对这个描述符去读参考答案 / exercises 模块里的 SOLUTION。
 # 审计钩子若把相对路径按工作目录去解析，就看不出真正的目标。拿到答案就用答案（满分）；

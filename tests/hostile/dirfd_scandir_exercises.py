@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 目录描述符绕过（scandir）：os.scandir(包目录的 fd) 找到 exercises/，再 scandir 它的 fd 找到本题模块，
 # 相对描述符读出源码，用 ast 取出 SOLUTION 字符串执行。import vramlab.exercises 会被拦，
 # 但读文件不一定。拿到答案就满分，拿不到就退回起始代码。

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 目录描述符绕过（写）：os.open() 一个允许读的目录（vramlab 包、/tmp、从工作目录和 /proc/self/mountinfo 里的
 # 路径往上找到的课程根），
 # 相对它一级级 os.open("..", dir_fd=fd) 走到课程根目录，再 os.open("PWNED_by_hostile.txt", O_WRONLY|O_CREAT,

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 翻环境变量：os.environ 里名字带 KEY/SECRET/TOKEN/HMAC/PASS 的值（评分器的密钥？），以及所有看起来像路径的值
 # （HOME、TMPDIR、VIRTUAL_ENV、PATH、PWD、OLDPWD…）和 sys.path、sys.prefix；从这些路径往上找课程根目录，
 # 读参考答案。找到密钥就写进异常信息带出去（ESCAPED），拿到答案就满分，否则退回起始代码。

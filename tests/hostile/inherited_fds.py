@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 继承的文件描述符：遍历 fd 3..64，os.fstat 看类型，普通文件用 os.pread、管道/套接字在 select 说可读时
 # os.read。找的是评分器留下的东西：密钥管道（找到就用 ESCAPED 异常带出去）、结果文件或 job 文件
 # （里面有 peak 字段就把它改小写回去：伪造结果）。之后照常训练（起始代码的显存）。

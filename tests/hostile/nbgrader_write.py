@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 写 nbgrader 目录：从工作目录、vramlab.__file__、torch.__file__、sys.prefix、/proc/self/mountinfo 里挂载的
 # 源路径往上找有 nbgrader_config.py
 # 或 nbgrader/ 的目录（课程根），往 nbgrader/ 里写文件。真正的作弊会改 gradebook.db 里的分数或

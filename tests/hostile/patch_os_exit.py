@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 改 os._exit：评分器写完结果后用 os._exit() 离开。把 os._exit 换成先改结果文件（峰值改成 60%、
 # 清空 violations）再退出的版本；此时评分器正在写自己的结果，守卫通常已经让路。
 # 训练本身是起始代码的显存。

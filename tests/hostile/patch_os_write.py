@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 改 os.write（以及 io 层的写）：评分器用 os.write 写结果 JSON。把 os.write 换成先检查要写的字节，
 # 是带 peak 字段的 JSON 就把峰值改成 60%、清空 violations 再写。训练本身是起始代码的显存。
 # Replace os.write: a JSON document with peak figures is lowered on its way to the file.

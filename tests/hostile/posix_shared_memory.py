@@ -1,4 +1,4 @@
-# expect: tamper
+# expect: tamper|forbidden
 # 把保存给反向的激活值放进 POSIX 共享内存（multiprocessing.shared_memory，即 /dev/shm 里的文件），
 # 写完立即关掉映射，反向时再打开读回。内核把这些页记在进程的内存 cgroup 上（issue 28）。
 # Saved activations in POSIX shared memory segments, unmapped between pack and unpack.

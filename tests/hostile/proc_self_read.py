@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 读 /proc 找线索：/proc/self/cmdline（评分器传给子进程的 job 文件路径）、/proc/self/environ、
 # /proc/self/mountinfo、/proc/self/maps（加载的 .so 暴露 .venv 和课程路径）、父进程的 cmdline/environ/cwd
 # （评分器常在课程根目录里运行）。从这些路径和 job.json 里的 forbidden_read 列表推出课程根目录，

@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 退出时改结果：atexit.register() 一个函数，进程退出时在自己目录和上一级找结果 JSON，把其中的峰值
 # 改成 60%、清空 violations 再写回。训练本身是起始代码的显存，只有改结果才能过。
 # （旧评分器用 os._exit 退出，atexit 不会运行；新评分器把结果文件当作学员的声明。）

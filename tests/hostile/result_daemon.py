@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 用脱离的子进程改结果：fork 一个子进程，setsid() 离开评分器要杀掉的进程组，在后台最多守候 20 秒，
 # 一看到结果文件就把其中的峰值改成 60%（评分进程退出以后也照样能改）。训练本身是起始代码的显存。
 # Fork a daemon (its own session) that rewrites the result file after the grading process is gone.

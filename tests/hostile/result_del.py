@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 用 __del__ 改结果：每一步造几个带 __del__ 的对象，放进引用环里（要等垃圾回收才析构），再挂一个在
 # 模型上。评分器在写结果的时候只要触发一次垃圾回收，或者解释器正常退出，__del__ 就会把结果文件里的
 # 峰值改成 60%。训练本身是起始代码的显存。

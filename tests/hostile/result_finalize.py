@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 用 weakref.finalize 改结果：给模型、优化器和一个模块级对象注册 finalize 回调（对象被回收或解释器
 # 退出时运行），回调把结果文件里的峰值改成 60%。训练本身是起始代码的显存。
 # Rewrite the result file from weakref.finalize callbacks.

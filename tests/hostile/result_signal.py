@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 用信号处理器改结果：signal.signal() 装上 SIGALRM（再用 setitimer 每毫秒触发一次）以及 SIGTERM、
 # SIGINT、SIGHUP、SIGXCPU、SIGUSR1 的处理器。评分器写完结果、进程退出之前，只要有一次信号到来，
 # 处理器就把结果文件里的峰值改成 60%。训练本身是起始代码的显存。

@@ -1,4 +1,4 @@
-# expect: tamper|forbidden|too_much_memory
+# expect: tamper|forbidden|starter
 # 用活得比函数长的线程改结果：第一次调用时起一个守护线程，不停地查看结果文件；评分器一写出结果，
 # 线程就赶在进程退出之前把其中的峰值改成 60%。训练本身是起始代码的显存。
 # Rewrite the result file from a thread that outlives train_step.

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 绕过 os.kill 的审计：用 os.pidfd_open + signal.pidfd_send_signal 发信号（Python 的审计钩子看不到
 # 这条路），对象是父进程和 /proc 里所有看起来属于评分器的进程（命令行里有 pytest 或 vramlab）。
 # 只发默认被忽略的 SIGURG：测试进程装了 SIGURG 处理器，收到即判失守。沙箱的 PID 命名空间里

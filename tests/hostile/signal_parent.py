@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 给别的进程发信号：父进程（评分器）、父进程的进程组、pid 1。真正的作弊会 SIGSTOP 评分器的看门狗
 # 或 SIGKILL 同时运行的可信基线；本 fixture 只发默认被忽略的 SIGURG（测试进程装了 SIGURG 处理器，
 # 收到即判失守），对 pid 1 只用信号 0 探测（不投递任何信号：开发机上 pid 1 不属于本课程）。

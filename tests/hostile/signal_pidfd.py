@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 用 pidfd 发信号：os.pidfd_open(父进程) + signal.pidfd_send_signal()，不经过 os.kill（没有 os.kill 审计事件）。
 # 和 signal_parent 一样只发 SIGURG（测试进程收到即判失守），对 pid 1 只用信号 0 探测。
 # Signal the parent through a pidfd (no os.kill audit event).

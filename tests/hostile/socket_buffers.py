@@ -1,6 +1,7 @@
-# expect: tamper
+# expect: tamper|forbidden
 # 把保存给反向的激活值留在套接字的接收缓冲区里：socketpair，放大 SO_SNDBUF/SO_RCVBUF，写进去、
-# 反向时再读出来。套接字缓冲区是内核内存：常驻内存看不见；内核把它记在内存 cgroup 上（issue 28）。
+# 反向时再读出来。套接字缓冲区是内核内存：常驻内存看不见，内核把它记在内存 cgroup 上（issue 28）。
+# 单进程的题里创建 socket 本身就被拒绝（Python 防护先报 forbidden，内核的 seccomp 过滤器也不放行）。
 # Saved activations parked in socket buffers.
 import socket
 

@@ -1,4 +1,4 @@
-# expect: forbidden|too_much_memory|exception
+# expect: forbidden|starter|exception
 # 别的评分的临时目录：列出评分临时根目录（本评分目录的上一级；沙箱里从 /proc/self/mountinfo 的挂载源路径
 # 推出来）和 /tmp 里的 vramlab-grade-* 目录。
 # 真正的作弊：同一次评分里可信的起始代码（job.json 里 "reference": true）和我同时启动，把它的

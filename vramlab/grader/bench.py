@@ -59,9 +59,10 @@ def _grade(spec, source: str, scale: str, backend: str, sandbox: str, cold: bool
 
 def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False, backend: str = "sim",
         only: list[str] | None = None, sandbox: str = "auto", compare: bool = False, class_size: int = 0,
-        workers: int = 2, class_only: bool = False, load: int = 0) -> list[dict]:
+        workers: int = 2, class_only: bool = False, load: int = 0, record: bool = False) -> list[dict]:
     """`load`: N > 0 also grades each solution while N busy-loop processes run (busy_load) and
-    reports that latency next to the idle one, measured in the same run."""
+    reports that latency next to the idle one, measured in the same run. `record` appends the idle
+    and loaded seconds to the performance history (benchmark "grade-load")."""
     from ..exercises import EXERCISES
 
     rows = []
@@ -100,7 +101,28 @@ def run(as_json: bool = False, scale: str = "ci", measure_starters: bool = False
         print(json.dumps({"gradings": rows, "class": rows_class}, ensure_ascii=False))
     elif rows:
         _summary(rows)
+    if record and load and rows:
+        _record_load(rows, load, only)
     return rows
+
+
+def _record_load(rows: list[dict], load: int, only: list[str] | None) -> None:
+    """One history entry: each exercise's idle and loaded seconds, their ratio and the threads used;
+    the thread rule in force is named (a fixed $VRAMLAB_GRADE_CORES is the old, load-blind rule)."""
+    from .. import perf
+    from .threads import configured_cores
+
+    fixed = configured_cores()
+    figures = {"规则": f"固定 {fixed} 个线程" if fixed else "按负载选线程", "忙进程": load}
+    for r in rows:
+        figures[r["exercise"]] = (f"{r['seconds']:.2f} s → {r['loaded_seconds']:.2f} s（{r['loaded_ratio']:.2f} 倍，"
+                                  f"{r['loaded_threads']} 线程{'' if r['loaded_passed'] else '，未通过'}）")
+    ratios = [r["loaded_ratio"] for r in rows if r.get("loaded_ratio")]
+    figures["中位数倍数"] = round(statistics.median(ratios), 2) if ratios else None
+    figures["目标"] = f"≤ {GOAL_LOADED:g} 倍"
+    env = f"VRAMLAB_GRADE_CORES={fixed} " if fixed else ""
+    perf.record("grade-load", f"{env}vramlab grade-bench --load {load}" + (f" --only {','.join(only)}" if only else "")
+                + " --record", figures, note="空闲与有忙进程时的评分耗时，同一次运行、同一台机器")
 
 
 def noise(ids: list[str] | None, repeat: int, alternatives: str | None, backend: str = "sim", scale: str = "ci",

@@ -144,7 +144,7 @@ def cmd_grade_bench(args):
     run(as_json=args.json, scale=args.scale, measure_starters=args.starters,
         only=only, sandbox="off" if args.no_sandbox else "auto",
         compare=args.compare, class_size=args.class_size, workers=args.workers, class_only=args.class_only,
-        load=(args.load if args.load >= 0 else default_load()))
+        load=(args.load if args.load >= 0 else default_load()), record=args.record)
     return 0
 
 
@@ -206,7 +206,7 @@ def add_commands(sub):
                         "打印“进程外多用”的分布和允许误差")
     b.add_argument("--alternatives", metavar="DIR", help="与 --noise 一起用：其他正确写法所在的文件夹，例如 tests/alternatives")
     b.add_argument("--record", action="store_true",
-                   help="把这次的结果追加到 vramlab/data/perf/history.jsonl（网站的「性能与测量记录」页由它生成）")
+                   help="把这次 --noise 或 --load 的结果追加到 vramlab/data/perf/history.jsonl（网站的「性能与测量记录」页由它生成）")
     b.set_defaults(func=cmd_grade_bench)
 
 

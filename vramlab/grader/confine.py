@@ -7,7 +7,11 @@ them. These rules are the kernel's, and no code in the process can lift them onc
 - `seccomp_deny_new_processes()`: a seccomp filter that kills the whole process (SIGSYS) on any
   attempt to make a process or run a program (fork, vfork, clone without CLONE_THREAD, execve),
   to reach another process (ptrace, process_vm_*), or to make an object that outlives the process
-  (System V shared memory, semaphores, message queues, POSIX message queues, keyrings). Threads
+  (System V shared memory, semaphores, message queues, POSIX message queues, keyrings), and, for
+  a single-rank job, to make a socket: it has no use for one, and without this rule only the
+  Python guard's audit event would stand between learner code and kernel buffers to park data in
+  (the memory cgroup charges them, tests/test_confine.py) or an abstract unix socket to talk to.
+  Ranks of a distributed job keep sockets: gloo talks over them. Threads
   are allowed (clone with CLONE_THREAD); clone3 answers ENOSYS so that glibc falls back to clone,
   whose flags a filter can read. The parent reads the rank's death by SIGSYS as a violation.
 - `new_ipc_namespace()`: the warm worker (worker.py) moves into a fresh IPC namespace before each
@@ -45,17 +49,21 @@ ARCHES = {
         "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone": 56, "clone3": 435,
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
         "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240,
-        "add_key": 248, "request_key": 249, "keyctl": 250, "seccomp": 317, "setns": 308, "unshare": 272}),
+        "add_key": 248, "request_key": 249, "keyctl": 250, "seccomp": 317, "setns": 308, "unshare": 272,
+        "socket": 41, "socketpair": 53}),
     "aarch64": (0xC00000B7, {
         "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
         "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
-        "add_key": 217, "request_key": 218, "keyctl": 219, "seccomp": 277, "setns": 268, "unshare": 97}),
+        "add_key": 217, "request_key": 218, "keyctl": 219, "seccomp": 277, "setns": 268, "unshare": 97,
+        "socket": 198, "socketpair": 199}),
 }
 KILLED = ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
           "shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl", "setns", "unshare")
+SOCKETS = ("socket", "socketpair")          # killed too unless the job is distributed
 REASON_ZH = ("评分进程调用了评分时禁止的系统调用，被内核终止（SIGSYS）：评分期间不允许创建进程、执行程序、"
-             "访问别的进程，也不允许创建活得比进程更久的对象（System V / POSIX 进程间通信、密钥环）")
+             "访问别的进程，也不允许创建活得比进程更久的对象（System V / POSIX 进程间通信、密钥环）；"
+             "单进程的题也不允许创建套接字")
 
 
 def _libc():
@@ -69,8 +77,9 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def filter_program(machine: str | None = None) -> bytes | None:
-    """The BPF program (bytes of `struct sock_filter`) for this machine, None if unsupported."""
+def filter_program(machine: str | None = None, sockets: bool = False) -> bytes | None:
+    """The BPF program (bytes of `struct sock_filter`) for this machine, None if unsupported;
+    `sockets=True` lets socket() and socketpair() through (the ranks of a distributed job)."""
     machine = machine or platform.machine()
     if machine not in ARCHES:
         return None
@@ -81,7 +90,7 @@ def filter_program(machine: str | None = None) -> bytes | None:
             _insn(BPF_LD_W_ABS, 0, 0, 0)]                 # seccomp_data.nr
     if machine == "x86_64":                               # the x32 ABI's numbers
         prog += [_insn(BPF_JGE_K, 0, 1, 0x40000000), _insn(BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
-    for name in KILLED:
+    for name in KILLED + (() if sockets else SOCKETS):
         if name in numbers:
             prog += [_insn(BPF_JEQ_K, 0, 1, numbers[name]), _insn(BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
     prog += [_insn(BPF_JEQ_K, 0, 1, numbers["clone3"]), _insn(BPF_RET_K, 0, 0, RET_ERRNO | ENOSYS)]
@@ -98,9 +107,9 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def seccomp_deny_new_processes() -> bool:
+def seccomp_deny_new_processes(sockets: bool = False) -> bool:
     """Install the filter on every thread of this process (TSYNC); True if it is in force."""
-    libc, program = _libc(), filter_program()
+    libc, program = _libc(), filter_program(sockets=sockets)
     if libc is None or program is None:
         return False
     buf = ctypes.create_string_buffer(program, len(program))

@@ -22,6 +22,7 @@ import math
 import re
 import unicodedata
 
+from .. import vocab
 from ..units import fmt_bytes
 from .kinds.common import INT, STR, dict_of, list_of, optional, pair, record
 
@@ -161,10 +162,9 @@ def _cut(run: dict, calls: int) -> dict:
 
 
 # ---- words ---------------------------------------------------------------------------------------
-CATEGORY_ZH = {"parameters": "参数", "gradients": "梯度", "optimizer_state": "优化器状态", "activations": "激活值",
-               "temporaries": "临时张量", "cuda_overhead": "CUDA 开销", "other": "其他"}
-CATEGORY_NOTE = {"temporaries": "反向和优化器 step 里新建的（反向时重算的激活值仍算激活值）",
-                 "cuda_overhead": "cuBLAS 工作区", "other": "在模型的模块之外新建的，例如你的函数里直接算的张量"}
+CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activations", "temporaries",
+                            "cuda_overhead", "other"))
+CATEGORY_NOTE = {k: vocab.note(k) for k in ("temporaries", "other")}     # said where your run has more of it
 
 
 def width(s: str) -> int:
@@ -351,8 +351,10 @@ def memory_lines(view: dict | None, top_n: int = 8) -> list[str]:
     lines = ["  显存花在了哪里" + ("（占起始代码峰值的比例；隐藏配置不显示具体数值）" if unit != "bytes" else "") + "："]
     head_mine = "你的（溢出那一刻）" if mine_at_oom else "你的峰值"
 
+    label_w = max(width(zh) for zh in CATEGORY_ZH.values()) + 2
+
     def row(a: str, b: str, c: str, note: str = "") -> str:
-        return f"    {pad(a, 12)}{pad(b, 14, True)}{pad(c, 20, True)}{note}"
+        return f"    {pad(a, label_w)}{pad(b, 14, True)}{pad(c, 20, True)}{note}"
     lines.append(row("类别", "起始代码峰值", head_mine))
     total_b = (base["peak"]["bytes"] if base.get("peak") else sum(base["breakdown"].values())) if base else None
     total_m = (mine["oom"]["allocated"] if mine_at_oom else (mine.get("peak") or {}).get("bytes")) if mine else None

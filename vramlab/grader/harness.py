@@ -210,7 +210,7 @@ def main(argv) -> None:
 
     # ---- the parent observes this process from outside, then lets the learner's code in ----------
     from . import confine                 # the kernel's rules from here on: no process, no exec, no IPC object
-    confined = confine.seccomp_deny_new_processes()
+    confined = confine.seccomp_deny_new_processes(sockets=world > 1)
     _send(status, "ready", pid=os.getpid(), allocated=int(allocated()), seccomp=confined)
     _wait_for(ctl_fd, b"go")
     payload["stage"] = "load"

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import vocab
+
 FORMAT, VERSION = "vramlab-trace", 1
 MAX_POINTS = 1200
 
-CATEGORY_ZH = {"parameters": "模型参数", "gradients": "梯度", "optimizer_state": "优化器状态",
-               "activations": "激活值", "temporaries": "临时张量", "cuda_overhead": "CUDA 开销（cuBLAS 工作区）",
-               "other": "其他", "unknown": "未分类（CUDA 分配器不知道用途）",
-               "before_trace": "记录开始前已分配"}
+CATEGORY_ZH = vocab.labels()
 
 
 @dataclass

@@ -13,6 +13,7 @@ import types
 import typing
 from dataclasses import field
 
+from ... import vocab
 from ...units import fmt_bytes
 
 
@@ -280,10 +281,8 @@ def malformed(payload, **fields) -> str | None:
 
 
 # ---- Chinese labels and lines shared by judges and pass criteria ---------------------------------
-MEMORY_CATEGORY_ZH = {"parameters": ("参数", "bf16/8-bit 权重"), "gradients": ("梯度", "低精度梯度、在反向中更新并释放"),
-                      "optimizer_state": ("优化器状态", "8-bit 优化器、卸载到主存"),
-                      "activations": ("激活值", "激活检查点、混合精度、激活值卸载"),
-                      "temporaries": ("临时张量", "梯度累积、分块计算"), "cuda_overhead": ("CUDA 开销", "cuBLAS 工作区")}
+# (label, what saves it) for the categories a technique can save: vocab.py's words
+MEMORY_CATEGORY_ZH = {k: (vocab.label(k), how) for k, how in vocab.SAVED_BY.items()}
 METRIC_ZH = {"peak_allocated": "峰值显存", "reserved_gap": "已保留与已分配峰值之差（reserved − allocated）"}
 
 

@@ -35,8 +35,10 @@ c.CourseDirectory.solution_directory = os.path.join("nbgrader", "solution")
 c.CourseDirectory.source_with_tests_directory = os.path.join("nbgrader", "source_with_tests")
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_ROOT, "nbgrader", "gradebook.db")
 os.makedirs(os.path.join(_ROOT, "nbgrader"), exist_ok=True)   # SQLite creates the file, not the folder
-# nbgrader's default ignore list also skips "feedback"; keep it and add our own clutter.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".vramlab"]
+# nbgrader's default ignore list also skips "feedback"; keep it and add our own clutter, and the
+# reference solution's source (solutions/<id>/solution.py): generate_assignment copies every other
+# file of a source folder into the learners' release.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".vramlab", "solution.py"]
 
 # --- recovery after a crash ------------------------------------------------------------------------
 # An autograde killed while grading a submission leaves its nbgrader/autograded/ folder without the

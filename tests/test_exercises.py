@@ -45,7 +45,8 @@ def test_registry_shape():
         assert item["notebook"] == f"exercises/{item['id']}/{item['id']}.ipynb"
         assert "solution" not in item and "spec" not in item          # learners are not pointed at answers
         assert full["solution"] == f"solutions/{item['id']}/{item['id']}.ipynb"
-        assert (ROOT / full["spec"]).is_file() and "SOLUTION" in (ROOT / full["spec"]).read_text(encoding="utf-8")
+        assert (ROOT / full["spec"]).is_file() and "SOLUTION" not in (ROOT / full["spec"]).read_text(encoding="utf-8")
+        assert (ROOT / full["solution_source"]).read_text(encoding="utf-8") == get_exercise(item["id"]).solution
         assert item["points"] > 0 and item["function"] in functions[item["kind"]]
         assert 0 < item["target_ratio"] < 1 or (item["kind"] == "max_batch" and item["target_ratio"] == 1.0)
     with pytest.raises(KeyError, match="未知练习"):
@@ -111,3 +112,38 @@ def test_stage_challenge_fits_its_card_and_the_starter_does_not(exercise_id):
     assert good.get("savings") and sum(good["savings"].values()) > 0
     bad = grade_source(exercise_id, spec.starter, reuse_baseline=True)
     assert not bad["passed"] and bad["category"] == "oom", bad["reason"]
+
+
+def test_reference_solutions_live_outside_the_package():
+    """Issue 31: the package holds specs only. Every reference solution is solutions/<id>/solution.py,
+    defines the spec's function, and no module of vramlab holds a run of its lines (a wheel or a hosted
+    notebook's `pip install` ships no answers). What learners see anyway is not a leak: the starters
+    (ch29's is ch10's solution) and the hints (a last hint may quote the decisive line)."""
+    import ast
+
+    def lines(text):
+        return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+    def runs(seq, n=5):
+        return {tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)}
+
+    package = set()
+    for p in (ROOT / "vramlab").rglob("*.py"):
+        package |= runs(lines(p.read_text(encoding="utf-8")))
+    shown = set()
+    for s in EXERCISES.values():
+        shown |= set(lines(s.starter)) | {ln for h in s.hints for ln in lines(h)}
+    for spec in EXERCISES.values():
+        source = (ROOT / "solutions" / spec.id / "solution.py").read_text(encoding="utf-8")
+        names = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert spec.function in names, spec.id
+        leaked = [r for r in runs(lines(source)) if r in package and not set(r) <= shown]
+        assert not leaked, (spec.id, leaked[:2])
+
+
+def test_solution_source_missing_says_so_in_chinese(tmp_path, monkeypatch):
+    from vramlab.exercises import spec as spec_module
+
+    monkeypatch.setattr(spec_module, "SOLUTIONS_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="参考答案只在课程仓库的 solutions/"):
+        get_exercise("ch05-accumulation").solution

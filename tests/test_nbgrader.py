@@ -379,3 +379,12 @@ def test_batch_grading_with_progress(tmp_path):
     assert [r["student"] for r in rows] == ["alice", "eve"]
     assert rows[0]["passed"] is True and rows[0]["score"] == spec.points
     assert rows[1]["passed"] is False and rows[1]["score"] == 0 and rows[1]["reason"]
+
+
+@pytest.mark.slow
+def test_release_holds_no_reference_solution(course):
+    """solutions/<id>/solution.py is in every source folder; nbgrader's generate_assignment copies a
+    source folder's other files into the release unless nbgrader_config.py ignores them."""
+    assert all((course / "solutions" / i / "solution.py").is_file() for i in IDS)
+    released = sorted(str(p.relative_to(course)) for p in (course / "exercises").rglob("*") if p.is_file())
+    assert released and all(p.endswith(".ipynb") for p in released), released

@@ -67,3 +67,21 @@ def test_freshness_hash_covers_what_a_tutorial_imports_and_nothing_else():
     assert tutorials.package_sha256(text) == tutorials.package_sha256(text)
     for source in SOURCES:              # grading code never makes a tutorial stale
         assert not any(n.startswith(("grader/", "exercises/")) for n in names(source.read_text(encoding="utf-8")))
+
+
+def test_site_only_data_does_not_stale_the_tutorials(tmp_path, monkeypatch):
+    """A benchmark appending to vramlab/data/perf/ or new graded evidence (read by the site only) leaves
+    every tutorial fresh; a data file the modules do read (anything else under vramlab/) does not."""
+    import shutil
+
+    package = tmp_path / "vramlab"
+    shutil.copytree(tutorials.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(tutorials, "PACKAGE", package)
+    monkeypatch.setattr(tutorials, "_module_file", lambda name: None)     # the data rule alone
+    text = SOURCES[0].read_text(encoding="utf-8")
+    before = tutorials.package_sha256(text)
+    (package / "data" / "perf" / "history.jsonl").write_text("{}\n", encoding="utf-8")
+    (package / "data" / "evidence" / "new.json").write_text("{}\n", encoding="utf-8")
+    assert tutorials.package_sha256(text) == before
+    (package / "data" / "h200_gpt2_peaks.md").write_text("changed\n", encoding="utf-8")
+    assert tutorials.package_sha256(text) != before

@@ -290,17 +290,19 @@ def exercise_ids(ids=None) -> list[str]:
 
 
 def write_sources(root: Path, ids=None) -> list[Path]:
-    """Write solutions/<id>/<id>.ipynb; returns the paths whose content changed."""
+    """Write solutions/<id>/<id>.ipynb (and, in a copy of the course, the solution.py it is built
+    from, so that the copy's release is what the repo's would be); returns the paths whose content changed."""
     from .exercises import get_exercise
 
     changed = []
     for i in exercise_ids(ids):
-        path = Path(root) / "solutions" / i / f"{i}.ipynb"
-        text = dumps(build_source_notebook(get_exercise(i)))
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
+        spec = get_exercise(i)
+        folder = Path(root) / "solutions" / i
+        for path, text in ((folder / "solution.py", spec.solution), (folder / f"{i}.ipynb", dumps(build_source_notebook(spec)))):
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                changed.append(path)
     return changed
 
 
@@ -364,10 +366,14 @@ def copy_course(dest: Path) -> Path:
 
 
 def diff_trees(a: Path, b: Path) -> list[str]:
-    """Relative paths of *.ipynb that differ (or exist on one side only) between two trees."""
+    """Relative paths of files that differ (or exist on one side only) between two trees: notebooks,
+    and any other file (a solutions/<id>/solution.py that nbgrader copied into the release shows here)."""
     a, b = Path(a), Path(b)
-    names = {p.relative_to(a) for p in a.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts} | \
-            {p.relative_to(b) for p in b.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts}
+
+    def files(root):
+        return {p.relative_to(root) for p in root.rglob("*") if p.is_file()
+                and not {".ipynb_checkpoints", "__pycache__", ".vramlab"} & set(p.parts)}
+    names = files(a) | files(b)
     bad = []
     for n in sorted(names):
         pa, pb = a / n, b / n
@@ -384,8 +390,10 @@ def check(ids=None) -> list[str]:
         shutil.copy2(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
         write_sources(tmp, ids)
         release(tmp, ids)
-        bad = [f"solutions/{p}" for p in diff_trees(tmp / "solutions", root / "solutions")]
-        bad += [f"exercises/{p}" for p in diff_trees(tmp / "exercises", root / "exercises")]
+        bad = []
+        for tree in ("solutions", "exercises"):
+            for i in (exercise_ids(ids) if ids else [""]):       # only the named exercises' folders
+                bad += [f"{tree}/{Path(i) / p}" for p in diff_trees(tmp / tree / i, root / tree / i)]
     return bad
 
 

@@ -120,6 +120,7 @@ def package_sha256(text: str) -> str:
     data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
             and "__pycache__" not in p.parts
             and "evidence" not in p.relative_to(PACKAGE).parts      # graded evidence: read by the site only
+            and "perf" not in p.relative_to(PACKAGE).parts          # benchmark history: read by the site only
             and "configs" not in p.relative_to(PACKAGE).parts]      # sample config.json files: read by --config / plan only
     for path in sorted(set(import_closure(text)) | set(data)):
         h.update(str(path.relative_to(PACKAGE)).encode())

@@ -1,6 +1,7 @@
 # expect: forbidden|starter|exception
 # 目录描述符绕过（读参考答案）：先 os.open() 一个允许读的目录（vramlab 包、vramlab/sim、sys.prefix），
-# 再 os.open("../solutions/…", dir_fd=fd) 相对这个描述符去读参考答案 / exercises 模块里的 SOLUTION。
+# 再 os.open("../solutions/…", dir_fd=fd) 相对这个描述符去读参考答案（solutions/<id>/solution.py、nbgrader
+# 源 notebook，以及参考答案搬出包之前 exercises 模块里的 SOLUTION）。
 # 审计钩子若把相对路径按工作目录去解析，就看不出真正的目标。拿到答案就用答案（满分）；
 # 拿不到（沙箱里根本没有这些目录）就退回起始代码的做法，显存降不下来。
 # Directory-descriptor bypass (read): open an allowed directory, then open the solution relative to it.
@@ -14,7 +15,8 @@ import torch
 import vramlab
 
 PKG = os.path.dirname(vramlab.__file__)
-TRIES = ((PKG, "../solutions/ch05-accumulation/ch05-accumulation.ipynb"),
+TRIES = ((PKG, "../solutions/ch05-accumulation/solution.py"),
+         (PKG, "../solutions/ch05-accumulation/ch05-accumulation.ipynb"),
          (PKG, "exercises/ch05_accumulation.py"),
          (os.path.join(PKG, "sim"), "../../solutions/ch05-accumulation/ch05-accumulation.ipynb"),
          (sys.prefix, "../solutions/ch05-accumulation/ch05-accumulation.ipynb"))
@@ -29,6 +31,8 @@ def _solution_step(text):
             if "### BEGIN SOLUTION" in src:
                 code = src.split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0]
     except ValueError:
+        if "def train_step" in text and "SOLUTION" not in text:      # solutions/<id>/solution.py
+            code = text
         for node in ast.parse(text).body:
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SOLUTION":
                 code = node.value.value

@@ -40,19 +40,22 @@ def notebook_path(exercise_id: str) -> str:
 
 
 def solution_path(exercise_id: str) -> str:
+    """The nbgrader source notebook (the reference solution inside the solution markers)."""
     return f"solutions/{exercise_id}/{exercise_id}.ipynb"
 
 
 def list_exercises(instructor: bool = False) -> list[dict]:
     """What a learner needs to start each exercise; `instructor=True` adds where its reference
-    solution is (the nbgrader source notebook and the spec module holding SOLUTION)."""
+    solution is (the nbgrader source notebook and solutions/<id>/solution.py, outside the package)
+    and the spec module (the hidden cases)."""
     items = []
     for s in EXERCISES.values():
         item = {"id": s.id, "chapter": s.chapter, "kind": s.kind, "title": s.title, "function": s.function,
                 "signature": s.signature, "target_ratio": s.target_ratio, "points": s.points,
                 "notebook": notebook_path(s.id)}
         if instructor:
-            item.update(solution=solution_path(s.id), spec=f"vramlab/exercises/{s.id.replace('-', '_')}.py")
+            item.update(solution=solution_path(s.id), solution_source=f"solutions/{s.id}/solution.py",
+                        spec=f"vramlab/exercises/{s.id.replace('-', '_')}.py")
         items.append(item)
     return items
 

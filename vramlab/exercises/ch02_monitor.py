@@ -16,15 +16,6 @@ def measure_peak(fn, device):
     return device.allocated()
 '''
 
-SOLUTION = '''\
-def measure_peak(fn, device):
-    """峰值计数器会一直记着历史最高值：先把它重置为当前已分配的量，再运行 fn，
-    最后读出这段时间里的最高值（绝对值，包含调用前已经占用的显存）。"""
-    device.reset_peak()
-    fn()
-    return device.max_allocated()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny + AdamW after one step, batch 8 x seq 128): the three hidden "
                "functions peak at roughly 90-130 MiB absolute; the solution matches the harness's truth exactly "
                "(error 0), the starter is off by >= 10% on every case (it returns the memory after fn) and an "
@@ -52,7 +43,6 @@ SPEC = ExerciseSpec(
     function="measure_peak",
     signature="def measure_peak(fn, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=1, warmup=0),
     gpu=Scale(model="gpt2-small", batch=4, seq=512, steps=1, warmup=0),
     target_ratio=0.01,

@@ -24,20 +24,6 @@ def load_model(device):
     return model.to(torch.bfloat16)
 '''
 
-SOLUTION = '''\
-import torch
-from vramlab.models import build_model
-
-MODEL_NAME = "tiny"     # 评分时会换成本规模的预设
-SEED = 0
-
-
-def load_model(device):
-    """直接以 bf16 在设备上创建参数：显存里从来没有 fp32 的副本，主存也不用。
-    同一个随机种子下，初始化出的值与“先 fp32 再转换”逐位相同。"""
-    return build_model(MODEL_NAME, seed=SEED, dtype=torch.bfloat16, device=device.torch_device)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny, 593,408 params; final bf16 model 1.13 MiB): starter 2.76 MiB "
                "= 2.44x the model (fp32 weights + the bf16 copy of each tensor while .to() converts); solution "
                "1.39 MiB = 1.22x the model = 0.50x the starter (the extra 0.22x is one transient copy of the "
@@ -73,7 +59,6 @@ SPEC = ExerciseSpec(
     function="load_model",
     signature="def load_model(device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=1, seq=1, steps=1, warmup=0,
              settings=load.Settings(MODEL_NAME="tiny", max_model_multiple=1.5, max_host_multiple=1.5, allow_host=True),
              hidden=(Variation(catches="another preset (llama-tiny: no tied embedding, model.model.* names): code "

@@ -16,23 +16,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_epoch
 
 STARTER = plain_train_epoch('草稿：把数据搬到设备上，再按顺序逐个 batch 训练。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_epoch(model, optimizer, tokens, device, batch_size):
-    """数据集留在主存，每次只把当前这个 batch 搬到显存；用完它就被释放。"""
-    losses = []
-    for i in range(0, tokens.shape[0], batch_size):
-        batch = device.to_device(tokens[i:i + batch_size])
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
-'''
-
 CI_CONFIG = {"n_layer": 1, "n_embd": 4, "n_head": 1, "vocab_size": 8, "n_positions": 64}
 GPU_CONFIG = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 256, "n_positions": 128}
 
@@ -64,7 +47,6 @@ SPEC = ExerciseSpec(
     function="train_epoch",
     signature="def train_epoch(model, optimizer, tokens, device, batch_size):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=512, seq=16, steps=1, warmup=0,
              settings=train_epoch.Settings(config=CI_CONFIG, n_samples=24576, cublas_workspace=False),
              hidden=(Variation(catches="another batch size and a dataset that is not a multiple of it (the last "

@@ -6,27 +6,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 
 STARTER = plain_train_step('一次优化器更新：整个 batch 一起前向、反向。结果正确，但激活值随 batch 线性增长。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """梯度累积：把 batch 切成 micro-batch，逐个前向、反向，梯度在 .grad 里累加，
-    最后只做一次 optimizer.step()。每个 micro-batch 的损失按它占整个 batch 的比例缩放
-    （最后一块可能更小），累加出来的梯度就和整个 batch 一起算的完全相同。"""
-    micro_batch = 2
-    total = 0.0
-    n = batch.shape[0]
-    for chunk in batch.split(micro_batch):
-        loss = model(input_ids=chunk, labels=chunk).loss * (chunk.shape[0] / n)
-        loss.backward()
-        total += loss.item()
-        del loss
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return total
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny, batch 16, seq 128, cuBLAS workspaces on; steady peaks with "
                "vramlab.exercise_setup(id, _hidden=i), 2026-12-05; verdicts with `vramlab grade` per file): starter 155.0 "
                "MiB visible, 172.4 MiB hidden (19 rows, seed 2); about 73 MiB fixed (weights, AdamW, two 32 MiB cuBLAS "
@@ -59,7 +38,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     # hidden: 19 rows, a prime: no chunking divides it, so a loss divided by the number of chunks (or
     # by 4, fitted to 16 rows), or a reshape to 16, fails; more rows than visibly, so an honest
     # micro-batch peaks at a smaller share of the starter's there (see TARGET_NOTE)

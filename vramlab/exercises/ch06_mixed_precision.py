@@ -4,21 +4,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 
 STARTER = plain_train_step('全 fp32 训练一步：正确，但每个矩阵乘法的输出（激活值）都是 4 字节一个数。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """bf16 自动混合精度：前向放进 torch.autocast，矩阵乘法用 bf16 计算并保存 bf16 激活值；
-    参数、梯度和优化器状态仍是 fp32。bf16 的指数范围与 fp32 相同，不需要 GradScaler。"""
-    with torch.autocast(device.type, dtype=torch.bfloat16):
-        loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
-
 # The ci model: `tiny` narrowed to 64 wide (2 heads), 4 layers, a 256-token vocabulary, with the exact
 # GELU. GPT-2's default `gelu_new` computes x**3 with torch.pow, which autocast keeps in fp32 (it is on
 # CUDA's fp32 list), so the 4x-wide MLP activation would be saved in fp32 either way and bf16 would save
@@ -68,7 +53,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     # hidden: 3 layers, 8 x 96 tokens (fewer than the visible 8 x 128 on 4 layers: cheaper); code that
     # turns low precision on only for the visible shape falls back to fp32 there
     ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,

@@ -4,21 +4,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 
 STARTER = plain_train_step('普通训练一步：每个 Transformer block 的中间激活值都保存到反向，层数越多占得越多。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """激活检查点：每个 block 只保存输入，反向时重新计算 block 内部的激活值。
-    gradient_checkpointing_enable 对同一个模型重复调用是安全的。"""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny with 6 layers, batch 8, seq 256): starter 280.3 MiB; "
                "gradient_checkpointing_enable 0.44x (use_reentrant False or True), a hand-written checkpoint wrapper "
                "on every block 0.44x, checkpoint_sequential over the blocks 0.53x (its last segment runs plain), "
@@ -56,7 +41,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     # hidden: 4 layers instead of 6 (block indices or a layer count copied from the visible model break),
     # another seed; 2/3 of the visible cost
     ci=Scale(model="tiny", batch=8, seq=256, steps=2, warmup=1, settings=train_step.Settings(config={"n_layer": 6}),

@@ -57,9 +57,6 @@ def train_step(model, optimizer, batch, device):
 '''
 
 
-SOLUTION = averaged_train_step("""逐个参数原地 AllReduce：梯度张量本身就是通信缓冲区，不需要任何额外的拷贝。
-（真实框架会把小参数攒成几 MiB 的桶来减少通信次数，桶的大小就是额外显存的上限。）""")
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny, global batch 2 x 32, 2 ranks; grade_source per file, "
                "VRAMLAB_GRADE_CORES=1, 2026-12-02), visible / hidden (n_embd 160, 1 layer, seed 1): starter 13.58 MiB; "
                "solution 0.833x / 0.834x; tests/alternatives/ch08-allreduce: buckets, async_in_place 0.833x / 0.834x; "
@@ -97,7 +94,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     # hidden: wider (160: the largest gradient outgrows a buffer sized for the visible one) and one layer
     # (fewer parameters than the visible model, so it costs no more to grade)
     ci=Scale(model="tiny", batch=2, seq=32, steps=2, warmup=1,

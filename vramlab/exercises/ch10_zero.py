@@ -15,31 +15,6 @@ from .spec import ExerciseSpec, Scale, Variation
 STARTER = averaged_train_step("""普通的数据并行（DDP 的做法）：梯度求平均后，每个 rank 都用完整的 AdamW 更新全部参数，
 于是每个 rank 都存着一整份一阶矩和二阶矩。""")
 
-SOLUTION = '''\
-import torch
-import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
-
-
-def train_step(model, optimizer, batch, device):
-    """ZeRO-1：每个 rank 只为自己负责的那一份参数保存 AdamW 状态、只更新那一份，
-    然后把更新后的参数广播给其他 rank。第一次调用时创建，之后每步复用。"""
-    zero = getattr(model, "_zero_optimizer", None)
-    if zero is None:
-        hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
-        zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=type(optimizer), **hyper)
-        model._zero_optimizer = zero
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    world = dist.get_world_size()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
-        p.grad /= world
-    zero.step()
-    zero.zero_grad(set_to_none=True)
-    return loss.item()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny, global batch 2 x 32, 2 ranks, floor_copies=3; grade_source per "
                "file, VRAMLAB_GRADE_CORES=1, 2026-12-02), visible / hidden (1 layer, seed 1): starter 11.32 MiB; "
                "solution (ZeroRedundancyOptimizer) 0.688x / 0.733x; tests/alternatives/ch10-zero: zero_redundancy_optimizer "
@@ -71,7 +46,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     # hidden: one block (a split "block i -> rank i" leaves rank 1 with nothing), another seed;
     # cheaper than the visible two-block model
     ci=Scale(model="tiny", batch=2, seq=32, steps=2, warmup=1,

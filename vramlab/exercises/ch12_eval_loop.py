@@ -24,20 +24,6 @@ def evaluate(model, batches, device):
     return torch.stack(losses).mean().item()
 '''
 
-SOLUTION = '''\
-import torch
-
-
-def evaluate(model, batches, device):
-    """评估不需要反向：inference_mode 下前向不为反向保存激活值；
-    每个 batch 的损失立刻变成 Python float，张量随即释放。"""
-    total = 0.0
-    with torch.inference_mode():
-        for batch in batches:
-            total += model(input_ids=batch, labels=batch).loss.item()
-    return total / len(batches)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (tiny with 4 layers, 4 batches of 8 x 128, cuBLAS workspace off; "
                "torch 2.13.0+cpu, 2026-12-02, `vramlab grade ch12-eval-loop <file>` on the reference and "
                "tests/alternatives/ch12-eval-loop/): starter 264.4 MiB; inference_mode + .item() 0.054x (hidden "
@@ -65,7 +51,6 @@ SPEC = ExerciseSpec(
     function="evaluate",
     signature="def evaluate(model, batches, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=1, warmup=0,
              settings=call.Settings(case="eval_loop", n_batches=4, config={"n_layer": 4}, cublas_workspace=False),
              hidden=(Variation(catches="a mean taken over a hard-coded 4 batches, or a loop over the visible "

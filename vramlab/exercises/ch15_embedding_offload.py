@@ -17,18 +17,6 @@ def embed(ids, table, device):
     return table_on_device[ids]
 '''
 
-SOLUTION = '''\
-import torch
-
-
-def embed(ids, table, device):
-    """嵌入表留在主存：把 ids 拿回主机，在主机上查出用到的行，只把这些行搬上设备。"""
-    ids_host = device.to_host(ids)
-    with device.host():                  # 这次查表发生在主存里（真卡上它本来就在 CPU 上）
-        rows = table[ids_host]
-    return device.to_device(rows)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (vocab 50,257 x 256 fp32 = 49.1 MiB on the host, ids 8 x 256; "
                "torch 2.13.0+cpu, 2026-12-02; `vramlab grade ch15-embedding-offload <file>` on the reference and "
                "tests/alternatives/ch15-embedding-offload/): starter 52.02 MiB; gathering on the host 0.039x "
@@ -53,7 +41,6 @@ SPEC = ExerciseSpec(
     function="embed",
     signature="def embed(ids, table, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=256, steps=1, warmup=0,
              settings=call.Settings(case="embedding", vocab=50257, d_model=256, allow_host=True),
              hidden=(Variation(catches="a result reshaped to the visible (8, 256, 256) or a buffer of that shape; "

@@ -28,16 +28,6 @@ def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 '''
 
-SOLUTION = '''\
-import torch
-import torch.nn.functional as F
-
-
-def attention(q, k, v):
-    """enable_gqa=True：内核按组读取共享的 k、v 头，不复制；反向时同组的梯度直接加到共享的头上。"""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (batch 4, 8 heads, 2 K/V heads, seq 256, head_dim 64, bf16; cuBLAS "
                "workspaces off), torch 2.13.0+cpu, 2026-12-02, `vramlab grade ch16-gqa FILE` / grade_source: starter "
                "10.56 MiB. Reference (enable_gqa) 0.479x, hidden (MQA 8:1; 12:4) 0.442x and 0.503x; folding each group's "
@@ -62,7 +52,6 @@ SPEC = ExerciseSpec(
     function="attention",
     signature="def attention(q, k, v):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=256, steps=1, warmup=0,
              settings=call.Settings(case="gqa_attention", heads=8, kv_heads=2, head_dim=64, dtype="bfloat16",
                                     cublas_workspace=False),

@@ -27,27 +27,6 @@ def moe_forward(x, router_weight, w_gate, w_up, w_down, top_k):
     return torch.einsum("etd,te->td", y, gates)
 '''
 
-SOLUTION = '''\
-import torch
-import torch.nn.functional as F
-
-
-def moe_forward(x, router_weight, w_gate, w_up, w_down, top_k):
-    """按路由分发：每个专家只处理选中它的 token，结果乘上门控权重后加回原位置。"""
-    logits = x @ router_weight.T
-    top_logits, top_idx = logits.topk(top_k, dim=-1)
-    top_gates = torch.softmax(top_logits, dim=-1)                     # [T, k]
-    out = torch.zeros_like(x)
-    for e in range(w_gate.shape[0]):
-        token, slot = (top_idx == e).nonzero(as_tuple=True)
-        if token.numel() == 0:
-            continue
-        xe = x[token]                                                 # 只有路由到专家 e 的 token
-        h = F.silu(xe @ w_gate[e].T) * (xe @ w_up[e].T)
-        out.index_add_(0, token, (h @ w_down[e].T) * top_gates[token, slot, None])
-    return out
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (512 tokens, d 256, SwiGLU hidden 512, 8 experts, top-2; cuBLAS "
                "workspaces off), torch 2.13.0+cpu, 2026-12-02, `vramlab grade ch17-moe FILE` / grade_source: starter "
                "44.55 MiB. Reference (nonzero per expert + index_add_) 0.321x peak, 0.250x FLOPs, hidden (4 experts "
@@ -73,7 +52,6 @@ SPEC = ExerciseSpec(
     function="moe_forward",
     signature="def moe_forward(x, router_weight, w_gate, w_up, w_down, top_k):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=1, warmup=0,
              settings=call.Settings(case="moe", d_model=256, hidden=512, experts=8, top_k=2, cublas_workspace=False),
              hidden=(

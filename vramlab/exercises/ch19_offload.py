@@ -11,34 +11,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 
 STARTER = plain_train_step('普通的一步：前向、反向、优化器更新。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """优化器状态卸载（ZeRO-Offload 的做法）：主存里放一份 FP32 参数和 AdamW，
-    梯度搬到主机、在主机上更新，再把新参数拷回显存。AdamW 的状态从不进显存。"""
-    params = list(model.parameters())
-    if not hasattr(model, "_host_adamw"):          # 第一次调用时创建，之后每步复用
-        hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay", "foreach")}
-        with device.host():
-            host_params = [device.to_host(p) for p in params]
-            model._host_adamw = (host_params, torch.optim.AdamW(host_params, **hyper))
-    host_params, host_optimizer = model._host_adamw
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    for hp, p in zip(host_params, params):
-        hp.grad = device.to_host(p.grad)
-        p.grad = None                               # 梯度搬走就释放
-    with device.host():
-        host_optimizer.step()                       # 状态和临时张量都在主存里
-        host_optimizer.zero_grad(set_to_none=True)
-    with torch.no_grad():
-        for hp, p in zip(host_params, params):
-            p.copy_(device.to_device(hp))
-    return loss.item()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (2-layer GPT-2, d 256, vocab 8192, batch 2 x 64, cuBLAS workspaces "
                "off; torch 2.13.0+cpu, 2026-12-02, /tmp grade_source runs with VRAMLAB_GRADE_CORES=1), visible / hidden "
                "(1 layer, lr 3e-3): starter 74.11 MiB; the reference (host copy + host AdamW) 0.61x / 0.63x; "
@@ -66,7 +38,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(allow_host=True, cublas_workspace=False,
                                           config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}),

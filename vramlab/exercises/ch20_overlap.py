@@ -12,34 +12,6 @@ from .spec import ExerciseSpec, Scale, Variation
 
 STARTER = averaged_train_step("""数据并行的一步：反向全部结束以后，逐个参数原地 AllReduce、求平均，再统一更新。""")
 
-SOLUTION = '''\
-import torch
-import torch.distributed as dist
-
-
-def train_step(model, optimizer, batch, device):
-    """梯度一算好就通信：每个参数挂一个 post-accumulate-grad 钩子，在钩子里 AllReduce 这个梯度、
-    用它自己的 AdamW 更新、然后释放梯度。AllReduce 是同步的，反向要等它做完才继续（不重叠，用时间换显存），
-    整份梯度从不同时存在。"""
-    if not hasattr(model, "_per_param_adamw"):          # 第一次调用时挂钩子，之后每步复用
-        hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
-        world = dist.get_world_size()
-        per_param = {p: torch.optim.AdamW([p], **hyper) for p in model.parameters()}
-
-        def reduce_step_free(p):
-            dist.all_reduce(p.grad)                      # 同步：下一行要用规约后的梯度
-            p.grad /= world
-            per_param[p].step()
-            p.grad = None                                # 用完就释放
-
-        for p in model.parameters():
-            p.register_post_accumulate_grad_hook(reduce_step_free)
-        model._per_param_adamw = per_param
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()                                      # 更新在反向过程中已经做完了
-    return loss.item()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (6-layer tiny, d 256, vocab 1024, global batch 2 x 64, 2 ranks; "
                "torch 2.13.0+cpu, 2026-12-02, grade_source with VRAMLAB_GRADE_CORES=1), visible / hidden: starter "
                "97.89 MiB; the reference 0.749x / 0.702x; tests/alternatives/ch20-overlap: per_index_hooks_prescaled "
@@ -65,7 +37,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(world_size=2, cublas_workspace=False, floor_copies=3,
                                           config={"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024}),

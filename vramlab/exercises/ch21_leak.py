@@ -55,40 +55,6 @@ def _monitor(model):
     return model._monitor
 '''
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """两个监控量都只留 Python 数：张量一旦连着计算图被长期引用，图上为反向保存的张量就跟着活下来，
-    而这两张图不属于损失，backward() 永远不会走到、释放它们。"""
-    mon = _monitor(model)
-    out = model(input_ids=batch, labels=batch)
-    with torch.no_grad():
-        logp = torch.log_softmax(out.logits, dim=-1)
-        entropy = -(logp.exp() * logp).sum(-1).mean()
-    mon["entropy_sum"] += entropy.item()
-    mon["steps"] += 1
-    del logp, entropy
-    out.loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return out.loss.item()
-
-
-def _monitor(model):
-    if not hasattr(model, "_monitor"):
-        mon = {"mlp_act": [], "entropy_sum": 0.0, "steps": 0}
-
-        def record(module, args, output):
-            mon["mlp_act"].append(output.detach().abs().mean().item())
-
-        for block in model.transformer.h:
-            block.mlp.act.register_forward_hook(record)
-        model._monitor = mon
-    return model._monitor
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (torch 2.13.0+cpu, 2026-12-05; vramlab.exercise_setup(id, _hidden=i) "
                "with the card removed, per-step max allocated / max reserved; then `vramlab grade` per file): visible "
                "(2 layers, d 256, vocab 8192, batch 4 x 128, 5 steps): the starter grows 36 MiB per step (entropy sum 32, "
@@ -116,7 +82,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=128, steps=5, warmup=1,
              settings=train_step.Settings(cublas_workspace=False, learner_budget_mib=200,
                                           config={"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 8192}),

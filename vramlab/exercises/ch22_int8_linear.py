@@ -18,22 +18,6 @@ def int8_linear(x, weight_int8, scale):
     return x @ weight.T
 '''
 
-SOLUTION = '''\
-import torch
-
-
-def int8_linear(x, weight_int8, scale, block_rows=256):
-    """按输出通道分块反量化：每次只把 block_rows 行权重变回浮点，算完这一块输出就丢掉。
-    真实的 weight-only 内核在寄存器和共享内存里按 tile 反量化，整块浮点权重从来不出现在显存里。"""
-    out = torch.empty(x.shape[0], weight_int8.shape[0], dtype=x.dtype, device=x.device)
-    for start in range(0, weight_int8.shape[0], block_rows):
-        rows = slice(start, start + block_rows)
-        block = weight_int8[rows].to(x.dtype)               # [block_rows, d_in]
-        torch.matmul(x, block.T, out=out[:, rows])
-        out[:, rows] *= scale[rows]                         # 每个输出通道的缩放系数最后再乘
-    return out
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (x 128 x 2048, weight 4096 x 2048 int8, cuBLAS workspace off; "
                "torch 2.13.0+cpu, 2026-12-02; `vramlab grade ch22-int8-linear <file>` on the reference and "
                "tests/alternatives/ch22-int8-linear/): starter 73.02 MiB; the reference (256 output channels at a "
@@ -59,7 +43,6 @@ SPEC = ExerciseSpec(
     function="int8_linear",
     signature="def int8_linear(x, weight_int8, scale):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=1, warmup=0,
              settings=call.Settings(case="int8_linear", d_in=2048, d_out=4096, cublas_workspace=False),
              hidden=(Variation(catches="a loop over the visible d_out (range(0, 4096, ...)) or an output of the "

@@ -35,10 +35,6 @@ STARTER = _distill_step(
     "逻辑蒸馏（Hinton 2015）的一步：损失 = 0.5 × 交叉熵 + 0.5 × T² × KL(教师 ‖ 学生)。",
     "    teacher_logits = teacher(input_ids=batch).logits")
 
-SOLUTION = _distill_step(
-    "教师只做推理：在 no_grad 下前向，不保存激活值、不建计算图，反向也到不了教师，教师不会有梯度。",
-    "    teacher.eval()\n    with torch.no_grad():\n        teacher_logits = teacher(input_ids=batch).logits")
-
 TARGET_NOTE = ("Measured on the sim at ci scale (student 2 layers d 128, teacher 4 layers d 256, vocab 4096, "
                "batch 4 x 64; torch 2.13.0+cpu, 2026-12-02, grade_source with VRAMLAB_GRADE_CORES=1), visible / hidden: "
                "starter 116.21 MiB; the reference (eval + no_grad) 0.578x / 0.553x; tests/alternatives/ch23-distill: "
@@ -60,7 +56,6 @@ SPEC = ExerciseSpec(
     function="distill_step",
     signature="def distill_step(student, teacher, optimizer, batch, device, temperature=2.0):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=4, seq=64, steps=2, warmup=1,
              settings=distill_step.Settings(
                  cublas_workspace=False,

@@ -8,20 +8,6 @@ checks (Settings.cover "every_linear"): the learner finds the module names in th
 """
 from .spec import finetune_exercise
 
-SOLUTION = '''\
-from peft import LoraConfig, get_peft_model
-
-
-def prepare_model(model):
-    """LoRA：冻结基座，只在注意力和 MLP 的每个线性层旁边加秩为 r 的 B·A 旁路。
-    按名字选模块（名字来自 print(model)），层数不用管：每一层里同名的模块都会被适配。
-    B 初始化为 0，所以一开始模型的输出与原模型完全相同。"""
-    config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                        "gate_proj", "up_proj", "down_proj"])
-    return get_peft_model(model, config)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (llama-tiny 4 x 256, batch 2, seq 64; hidden: 5 x 224, 7/1 heads, "
                "seq 48), starter peak 65.4 MiB, ratios visible / hidden: the reference (seven names, r=8) "
                "0.387 / 0.372; all-linear 0.387 / 0.372; names read from the model, r=16 0.415 / 0.404 (share "
@@ -43,7 +29,6 @@ SPEC = finetune_exercise(
         "- **从原模型出发**：旁路一开始的贡献必须是零，所以第 1 步的损失要与全量微调完全相同；训练几步后损失要下降；\n"
         "- **参数高效、省显存**：可训练参数占比和峰值显存都不超过下面的标准。"
     ),
-    solution=SOLUTION,
     method="lora",
     same_start=True,
     cover="every_linear",

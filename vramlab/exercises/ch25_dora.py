@@ -8,20 +8,6 @@ of modules to the learner: the narrow-output ones meet the target.
 """
 from .spec import finetune_exercise
 
-SOLUTION = '''\
-from peft import LoraConfig, get_peft_model
-
-
-def prepare_model(model):
-    """DoRA：把权重分解成幅度 m 和方向 V/‖V‖，方向用 LoRA 更新，幅度单独训练。
-    额外的显存与被适配层的输出维度之和成正比：注意力里挑 q、v，MLP 里只挑输出维度等于
-    隐藏维度的 down_proj，不碰输出是中间维度的 gate/up。初始化时 m = ‖W‖、B = 0，
-    模型的输出与原模型相同。"""
-    config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, use_dora=True, task_type="CAUSAL_LM",
-                        target_modules=["q_proj", "v_proj", "down_proj"])
-    return get_peft_model(model, config)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (llama-tiny 4 x 256, batch 2, seq 64; hidden: 5 x 224, 7/1 heads, "
                "seq 48), ratios visible / hidden: the reference (q, v, down_proj) 0.438 / 0.408; linear layers "
                "whose output is no wider than the hidden size (q, k, v, o, down) 0.467 / 0.431; k, v, down at "
@@ -44,7 +30,6 @@ SPEC = finetune_exercise(
         "- **参数高效、省显存**：可训练参数占比和峰值显存都不超过下面的标准。这个目标对 DoRA 并不宽松："
         "DoRA 比 LoRA 多出来的显存，并不是每个被适配的层都一样多，适配哪些要你自己挑。"
     ),
-    solution=SOLUTION,
     method="dora",
     same_start=True,
     cover="attn_and_mlp",

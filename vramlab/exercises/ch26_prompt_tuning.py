@@ -7,17 +7,6 @@ virtual tokens sized by hand for the visible hidden size do not fit it.
 """
 from .spec import finetune_exercise
 
-SOLUTION = '''\
-from peft import PromptTuningConfig, get_peft_model
-
-
-def prepare_model(model):
-    """Prompt Tuning：在输入前面拼 16 个可训练的“虚拟 token”嵌入，模型本身全部冻结。
-    维度和层数由 peft 从 model.config 读，不写死；可训练参数只有 16 × 隐藏维度个。"""
-    config = PromptTuningConfig(num_virtual_tokens=16, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (llama-tiny 4 x 256, batch 2, seq 64; hidden: 5 x 224, 7/1 heads, "
                "seq 48), ratios visible / hidden: the reference (16 virtual tokens) 0.358 / 0.345; 8 tokens "
                "through PeftModelForCausalLM 0.342 / 0.327; 32 tokens initialised from the vocabulary 0.390 / "
@@ -37,7 +26,6 @@ SPEC = finetune_exercise(
         "- **虚拟 token 的个数由你定**：它让每条序列变长，每一层的激活值都随之增加，峰值显存要达标；\n"
         "- **在学习**：虚拟 token 改变了模型的输入，第 1 步的损失与全量微调不同，这一点不比较；训练几步后损失要下降。"
     ),
-    solution=SOLUTION,
     method="prompt_tuning",
     same_start=False,
     target_ratio=0.5,

@@ -7,18 +7,6 @@ reparameterisation MLP breaks (4.2% at ci scale), the chapter's first rule for d
 """
 from .spec import finetune_exercise
 
-SOLUTION = '''\
-from peft import PrefixTuningConfig, get_peft_model
-
-
-def prepare_model(model):
-    """P-Tuning v2（深度提示）：每一层的注意力前面都拼 16 个可训练的 key/value 前缀，模型本身冻结。
-    层数、KV 头数和每头维度由 peft 从 model.config 读。不用重参数化 MLP（prefix_projection=False），
-    它的参数比前缀本身多得多。"""
-    config = PrefixTuningConfig(num_virtual_tokens=16, prefix_projection=False, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (llama-tiny 4 x 256, batch 2, seq 64; hidden: 5 x 224, 7/1 heads, "
                "seq 48), ratios visible / hidden: the reference (16 tokens, no projection, share 0.48%) 0.342 / "
                "0.309; 64 tokens (1.88%) 0.368 / 0.314; projection with encoder_hidden_size=8 < 32 tokens "
@@ -40,7 +28,6 @@ SPEC = finetune_exercise(
         "- **在学习、省显存**：前缀改变了模型的输出，第 1 步的损失与全量微调不同，这一点不比较；"
         "训练几步后损失要下降，峰值显存要达标。"
     ),
-    solution=SOLUTION,
     method="prefix_tuning",
     same_start=False,
     cover="every_layer",

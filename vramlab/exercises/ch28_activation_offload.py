@@ -18,43 +18,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 
 STARTER = plain_train_step('普通的一步：前向为反向保存的激活值全部留在显存里，\n直到反向用完才释放。层数、batch 和序列越大，这部分越是峰值的大头。')
 
-SOLUTION = '''\
-import torch
-
-
-def train_step(model, optimizer, batch, device):
-    """只卸载值得搬的：Transformer block 的前向为反向保存的张量拷到主存，反向用到时再拷回；
-    与参数共用存储的张量（权重本来就常驻显存）原样保留；block 之外（输出层、损失）保存的张量
-    在反向一开始、也就是峰值那一刻就要用，也不搬。钩子只在第一次调用时挂上。"""
-    if not hasattr(model, "_offload_blocks"):
-        weights = {p.untyped_storage()._cdata for p in model.parameters()}
-
-        def pack(t):
-            if t.untyped_storage()._cdata in weights:
-                return t
-            return (device.to_host(t),)
-
-        def unpack(packed):
-            return device.to_device(packed[0]) if isinstance(packed, tuple) else packed
-
-        def enter(block, args):
-            block._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
-            block._saved_hooks.__enter__()
-
-        def leave(block, args, output):
-            block._saved_hooks.__exit__(None, None, None)
-
-        for block in model.transformer.h:
-            block.register_forward_pre_hook(enter)
-            block.register_forward_hook(leave)
-        model._offload_blocks = True
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (VRAMLAB_GRADE_CORES=1, grade_source; D2H = bytes created under "
                "dev.host() in the measured step, counted by a prototype meter outside the grader): starter 215.8 MiB "
                "visible, 172.0 MiB hidden (batch 6, seed 1). Reference (blocks' saved tensors to host, weights and "
@@ -84,7 +47,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,
              settings=train_step.Settings(allow_host=True, cublas_workspace=False, max_host_copy_ratio=0.62,
                                           config={"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 4096}),

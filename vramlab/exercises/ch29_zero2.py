@@ -7,51 +7,32 @@ fix is what DeepSpeed's `"zero_optimization": {"stage": 2}` does. The floor coun
 half the gradients and half the states (2.5 copies of the parameters on the worst rank). cuBLAS
 workspaces are off at ci scale.
 """
-from .ch10_zero import SOLUTION as ZERO1
 from ..grader.kinds import train_step
 from .spec import ExerciseSpec, Scale, Variation
 
-STARTER = ZERO1.replace('''    """ZeRO-1：每个 rank 只为自己负责的那一份参数保存 AdamW 状态、只更新那一份，
-    然后把更新后的参数广播给其他 rank。第一次调用时创建，之后每步复用。"""''', '''    """ZeRO-1（DeepSpeed 的 stage 1）：优化器状态按 rank 切分，每个 rank 只存一半。
-    但反向结束时，每个 rank 仍然握着全部参数的完整梯度，直到 step 之后才释放。"""''')
-
-SOLUTION = '''\
+# the starter is ch10-zero's reference solution with its docstring rewritten for ZeRO-2
+STARTER = '''\
 import torch
 import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 
 def train_step(model, optimizer, batch, device):
-    """ZeRO-2（DeepSpeed 的 stage 2）：每个参数归一个 rank 所有。梯度一算好就归约到它的所有者，
-    其他 rank 立刻释放这份梯度；所有者用自己的 AdamW 更新，再把新参数广播出去。"""
-    state = getattr(model, "_zero2", None)
-    if state is None:                                    # 第一次调用：分片、建优化器、挂钩子
-        world, rank = dist.get_world_size(), dist.get_rank()
-        params = list(model.parameters())
-        owner, load = {}, [0] * world
-        for p in sorted(params, key=lambda q: -q.numel()):   # 按大小贪心分片，各 rank 负担接近
-            owner[p] = load.index(min(load))
-            load[owner[p]] += p.numel()
+    """ZeRO-1（DeepSpeed 的 stage 1）：优化器状态按 rank 切分，每个 rank 只存一半。
+    但反向结束时，每个 rank 仍然握着全部参数的完整梯度，直到 step 之后才释放。"""
+    zero = getattr(model, "_zero_optimizer", None)
+    if zero is None:
         hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
-        mine = [p for p in params if owner[p] == rank]
-        local = torch.optim.AdamW(mine, **hyper)
-
-        def reduce_to_owner(p):
-            dist.reduce(p.grad, dst=owner[p])            # 求和只送到所有者那里
-            if owner[p] == rank:
-                p.grad /= world
-            else:
-                p.grad = None                            # 不归我管的梯度：立刻释放
-
-        for p in params:
-            p.register_post_accumulate_grad_hook(reduce_to_owner)
-        state = model._zero2 = (params, owner, local)
-    params, owner, local = state
+        zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=type(optimizer), **hyper)
+        model._zero_optimizer = zero
     loss = model(input_ids=batch, labels=batch).loss
     loss.backward()
-    local.step()
-    local.zero_grad(set_to_none=True)
-    for p in params:                                     # 所有者把更新后的参数发给其他 rank
-        dist.broadcast(p.data, src=owner[p])
+    world = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    zero.step()
+    zero.zero_grad(set_to_none=True)
     return loss.item()
 '''
 
@@ -81,7 +62,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=2, seq=64, steps=2, warmup=1,
              settings=train_step.Settings(world_size=2, cublas_workspace=False, floor_copies=2.5,
                                           config={"n_layer": 6, "n_embd": 256, "n_head": 4, "vocab_size": 1024}),

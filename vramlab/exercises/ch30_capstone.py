@@ -12,31 +12,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 STARTER = plain_train_step('''最朴素的一步：FP32 权重、FP32 激活值、整批一次前向、torch 的 AdamW（每个参数 8 字节状态）。
 在评分用的虚拟显卡上，这一步放不下。''')
 
-SOLUTION = '''\
-import torch
-import bitsandbytes as bnb
-
-
-def train_step(model, optimizer, batch, device, micro_batches=4):
-    """三招组合，每招对着一类显存：
-    - 激活检查点（第 7 章）：每个 block 只留输入，激活值降一个数量级；
-    - 梯度累积（第 5 章）：每次只前向 1/4 个 batch，logits 和交叉熵的临时张量也只有 1/4；
-    - 8-bit AdamW（第 19 章，bitsandbytes）：优化器状态从每个参数 8 字节降到约 2 字节。"""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if not hasattr(model, "_adamw8bit"):            # 第一次调用时创建，之后每步复用
-        hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
-        model._adamw8bit = bnb.optim.AdamW8bit(model.parameters(), min_8bit_size=0, **hyper)
-    opt = model._adamw8bit
-    total = 0.0
-    for micro in batch.chunk(micro_batches):
-        loss = model(input_ids=micro, labels=micro).loss / micro_batches
-        loss.backward()
-        total += loss.item()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return total
-'''
-
 TARGET_NOTE = ("Measured on the sim at ci scale (VRAMLAB_GRADE_CORES=1, grade_source): starter 275.8 MiB visible "
                "(OOM on the 110 MiB card at step 1), 189.7 MiB on the hidden case (3 layers, batch 4 x 192, seed 1, "
                "100 MiB card; the reference overflows a 90 MiB one at step 2). Reference (HF checkpointing + 4 "
@@ -63,7 +38,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=8, seq=128, steps=2, warmup=1,
              settings=train_step.Settings(cublas_workspace=False, allow_host=True, learner_budget_mib=110,
                                           report_savings=True, bitsandbytes=True,

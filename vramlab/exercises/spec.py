@@ -1,11 +1,36 @@
 """One exercise = one spec. The learner notebook (exercises/), the reference solution (solutions/),
 the grader and the course page are all generated from, or check against, this one object.
+
+A spec holds what the learner may see (task, starter, hints) and what the grader keeps to itself
+(the hidden cases); the reference solution is not in the package at all: it is the file
+solutions/<id>/solution.py of the course repository, beside the nbgrader source notebook, which
+`spec.solution` reads (an installed wheel has none: learners who pip-install vramlab get no answers).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..grader.kinds import finetune, get_kind, technique
+
+
+# $VRAMLAB_SOLUTIONS: another course folder's solutions/ (a grading node with a copy of the course)
+SOLUTIONS_DIR = Path(os.environ.get("VRAMLAB_SOLUTIONS") or Path(__file__).resolve().parents[2] / "solutions")
+
+
+def solution_path(exercise_id: str) -> Path:
+    return SOLUTIONS_DIR / exercise_id / "solution.py"
+
+
+def solution_source(exercise_id: str) -> str:
+    """The reference solution's source; a Chinese FileNotFoundError where this copy has none."""
+    path = solution_path(exercise_id)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"找不到 {exercise_id} 的参考答案 {path}：参考答案只在课程仓库的 solutions/ 里"
+                                "（教师用），安装的 vramlab 包里没有；需要时把环境变量 VRAMLAB_SOLUTIONS 指向那个文件夹") from None
 
 
 @dataclass(frozen=True)
@@ -72,7 +97,6 @@ class ExerciseSpec:
     function: str                  # name of the function the learner writes
     signature: str                 # e.g. "def train_step(model, optimizer, batch, device):"
     starter: str                   # full source of the starter function: correct, but too much memory
-    solution: str                  # full source of the reference solution
     ci: Scale
     gpu: Scale
     target_ratio: float            # pass if peak <= target_ratio * starter peak (same run, same backend)
@@ -93,6 +117,11 @@ class ExerciseSpec:
                                    # vramlab.grader.kinds per kind (its docstring says what it checks)
     giveaways: tuple[str, ...] = ()    # regexes of what solves it (an API, a line): the task, the
                                    # starter and every hint but the last must not contain them
+
+    @property
+    def solution(self) -> str:
+        """Full source of the reference solution: solutions/<id>/solution.py (instructors' copy only)."""
+        return solution_source(self.id)
 
     def __post_init__(self):
         kind = get_kind(self.kind)          # an unknown kind fails when the spec is built
@@ -174,7 +203,7 @@ FINETUNE_CI_CONFIG = {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_
                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
 
 
-def finetune_exercise(*, id: str, chapter: int, title: str, task: str, solution: str, method: str,
+def finetune_exercise(*, id: str, chapter: int, title: str, task: str, method: str,
                       same_start: bool, target_ratio: float, hints: tuple[str, ...], giveaways: tuple[str, ...],
                       catches: str, cover: str = "", max_trainable_share: float = 0.1) -> ExerciseSpec:
     """A peft exercise (ch24-27): `prepare_model(model)` against full fine-tuning, on llama-tiny
@@ -197,7 +226,7 @@ def finetune_exercise(*, id: str, chapter: int, title: str, task: str, solution:
     hidden = (Variation(catches=catches, seq=48, config=hidden_config),)
     return ExerciseSpec(
         id=id, chapter=chapter, title=title, task=contract + task, function="prepare_model",
-        signature="def prepare_model(model):", starter=FULL_FINETUNE, solution=solution,
+        signature="def prepare_model(model):", starter=FULL_FINETUNE,
         ci=Scale(model="llama-tiny", batch=2, seq=64, steps=3, warmup=1, hidden=hidden,
                  settings=finetune.Settings(**knobs, cublas_workspace=False, config=FINETUNE_CI_CONFIG)),
         # seq 320, not 512: at 4 x 512 the activations put every reference above its target (sim,

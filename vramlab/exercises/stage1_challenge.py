@@ -13,30 +13,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_epoch
 STARTER = plain_train_epoch('''最直接的写法：先把整个数据集搬到设备上，再按顺序每 batch_size 行做一次前向、反向和更新。
 结果正确，但显存远超目标。''')
 
-SOLUTION = '''\
-import torch
-
-
-def train_epoch(model, optimizer, tokens, device, batch_size, micro_rows=32):
-    """两招组合，各对着一类显存：
-    - 数据留在主存（第 4 章）：每次只把当前 batch 搬到设备上，用完就释放；
-    - 梯度累积（第 5 章）：一个 batch 分成几个 micro-batch 前向、反向，损失按行数加权，
-      激活值只有一个 micro-batch 那么多；每个 batch 仍只做一次 optimizer.step()。"""
-    losses = []
-    for i in range(0, tokens.shape[0], batch_size):
-        batch = device.to_device(tokens[i:i + batch_size])
-        rows = batch.shape[0]
-        total = 0.0
-        for micro in batch.split(micro_rows):
-            loss = model(input_ids=micro, labels=micro).loss * (micro.shape[0] / rows)
-            loss.backward()
-            total += loss.item()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
-'''
-
 CI_CONFIG = {"n_layer": 1, "n_embd": 4, "n_head": 1, "vocab_size": 8, "n_positions": 128}
 
 TARGET_NOTE = ("Measured on the sim at ci scale (python grade_source(spec.id, src, _spec=SPEC), VRAMLAB_GRADE_CORES=1, "
@@ -71,7 +47,6 @@ SPEC = ExerciseSpec(
     function="train_epoch",
     signature="def train_epoch(model, optimizer, tokens, device, batch_size):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=128, seq=128, steps=1, warmup=0,
              settings=train_epoch.Settings(config=CI_CONFIG, n_samples=4096, cublas_workspace=False,
                                            report_savings=True, learner_budget_mib=4),

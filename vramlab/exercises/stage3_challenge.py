@@ -15,33 +15,6 @@ from .spec import ExerciseSpec, Scale, Variation, plain_train_step
 STARTER = plain_train_step('''最朴素的一步：FP32 权重、整批一次前向、反向算完全部梯度，再用 torch 的 AdamW（每个参数 8 字节状态）更新。
 在评分用的虚拟显卡上，这一步放不下。''')
 
-SOLUTION = '''\
-import torch
-import bitsandbytes as bnb
-
-
-def train_step(model, optimizer, batch, device):
-    """两招组合，分别对着两类模型状态：
-    - 8-bit AdamW（第 19 章）：优化器状态从每个参数 8 字节降到约 2 字节；
-    - 反向中逐个参数更新（第 19 章）：某个参数的梯度一算完就更新它并释放梯度，
-      显存里同时只有少数几个参数的梯度，而不是全部。"""
-    if not hasattr(model, "_fused_8bit"):           # 第一次调用时创建，之后每步复用
-        hyper = {k: optimizer.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
-        per_param = {}
-        for p in model.parameters():
-            per_param[p] = bnb.optim.AdamW8bit([p], min_8bit_size=0, **hyper)
-
-            def step_now(param):
-                opt = per_param[param]
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            p.register_post_accumulate_grad_hook(step_now)
-        model._fused_8bit = per_param
-    loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()                                 # 每个参数在反向中各自更新
-    return loss.item()
-'''
-
 CI_CONFIG = {"n_layer": 8, "n_embd": 512, "n_head": 8, "vocab_size": 1024, "n_positions": 64}
 
 TARGET_NOTE = ("Measured on the sim at ci scale (python grade_source(spec.id, src, _spec=SPEC), VRAMLAB_GRADE_CORES=1, "
@@ -76,7 +49,6 @@ SPEC = ExerciseSpec(
     function="train_step",
     signature="def train_step(model, optimizer, batch, device):",
     starter=STARTER,
-    solution=SOLUTION,
     ci=Scale(model="tiny", batch=1, seq=8, steps=2, warmup=1,
              settings=train_step.Settings(cublas_workspace=False, allow_host=True, learner_budget_mib=188,
                                           report_savings=True, bitsandbytes=True, floor_copies=1,

@@ -5,8 +5,8 @@ namespaces, with no capabilities and no way to make new user namespaces. Its who
 file system is built here, from nothing:
 
 - read-only: the system (/usr and its /bin, /lib links), a few files of /etc, the Python
-  installation, and the vramlab package with its `exercises/` folder (the reference solutions)
-  covered by an empty tmpfs;
+  installation, and the vramlab package with its `exercises/` folder (the specs: their hidden
+  cases) covered by an empty tmpfs;
 - writable: the grading's own folder (`/submission`, the cwd) and a private /tmp and /dev/shm
   inside it;
 - /proc is the sandbox's own, read-only (the learner cannot reset its own peak-memory counter
@@ -28,7 +28,7 @@ import sysconfig
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent           # .../vramlab
-HIDDEN_IN_PACKAGE = ("exercises",)                              # the specs hold the reference solutions
+HIDDEN_IN_PACKAGE = ("exercises",)                              # the specs hold the hidden cases
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/nsswitch.conf",
              "/etc/passwd", "/etc/group", "/etc/hosts")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

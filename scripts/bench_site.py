@@ -33,7 +33,7 @@ def build(config: str, dest: Path) -> float:
 
 
 def main(argv=None) -> int:
-    from vramlab.cli import ChineseArgumentParser
+    from vramlab.args import ChineseArgumentParser
 
     p = ChineseArgumentParser(prog="scripts/bench_site.py")
     p.add_argument("--rounds", type=int, default=2)

@@ -13,9 +13,9 @@
 # 开始评分前，上一次的 CSV 改名为 $OUT.prev，所以被 kill -9 的批次不会留下看起来像是新的旧 CSV。
 # 退出码：0 全部评完；2 参数错误或 CSV 写不进去；4 有评分器出错的行（重跑只重评它们）或本机不能评分
 # （没有沙箱、没有 GPU、临时磁盘满）。见 docs/guide/grading.md 的“退出码”。
-# WORKERS 由 vramlab.batch 自己读取（不是正整数时给出中文错误）；其余参数原样传给它。
+# WORKERS 由 vramlab.grader.batch 自己读取（不是正整数时给出中文错误）；其余参数原样传给它。
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-exec "$PY" -m vramlab.batch --backend "${BACKEND:-sim}" --csv "${OUT:-nbgrader/vramlab_grades.csv}" "$@"
+exec "$PY" -m vramlab.grader.batch --backend "${BACKEND:-sim}" --csv "${OUT:-nbgrader/vramlab_grades.csv}" "$@"

@@ -29,10 +29,10 @@ def record(spec) -> dict:
     import torch
 
     from vramlab.grader import policy
-    from vramlab.grader.core import DEFAULT_MEMORY, DEFAULT_TIMEOUT, _job
+    from vramlab.grader.core import DEFAULT_MEMORY, DEFAULT_TIMEOUT, make_job
     from vramlab.grader.sandbox import run_job
 
-    job = _job(spec, "ci", "sim")
+    job = make_job(spec, "ci", "sim")
     sandboxed = policy.bwrap_path() is not None
     runs = {}
     for name, source, reference in (("baseline", spec.starter, True), ("solution", spec.solution, False),

@@ -1,4 +1,4 @@
-"""vramlab.batch: the journal (one fsynced line per finished grading), resume (reuse what still
+"""vramlab.grader.batch: the journal (one fsynced line per finished grading), resume (reuse what still
 matches, regrade what changed), the atomic CSV, the destination check, the command line's errors,
 and a clean stop on SIGINT / SIGTERM / SIGHUP (exit 130 / 143 / 129, no traceback, no worker or
 grading process left behind, a rerun grades only what is missing); SIGKILL leaves no CSV that
@@ -6,7 +6,7 @@ looks current. More faults (full disk, no GPU, grader errors): tests/test_faults
 
 Fast tests run the batch in a thread pool (`executor=`) with a monkeypatched `_grade_one`. The
 subprocess tests run the real command line and process pool with a fake grader: a tiny module
-written to the test's folder (`fakebatch`) replaces `vramlab.batch._grade_one` and calls `main()`;
+written to the test's folder (`fakebatch`) replaces `vramlab.grader.batch._grade_one` and calls `main()`;
 the spawned workers import it as their `__main__`, so they run the fake too."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from vramlab import batch
+from vramlab.grader import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = "ch05-accumulation"
@@ -298,7 +298,7 @@ def test_bad_workers_is_a_chinese_error(tmp_path, calls, capsys, monkeypatch, ar
 
 # -- the real command line and process pool, with a fake grader -----------------------------------------
 
-FAKEBATCH = '''"""python -m fakebatch ARGS: vramlab.batch's command line with a fake grader (test helper).
+FAKEBATCH = '''"""python -m fakebatch ARGS: vramlab.grader.batch's command line with a fake grader (test helper).
 Each grading runs `sleep FAKE_SECONDS` (60 for the students in FAKE_SLOW) in its own session, as
 the real grader runs its children, and first records "<worker pid> <child pid> <student>" in FAKE_CALLS."""
 import os
@@ -306,7 +306,7 @@ import subprocess
 import sys
 import time
 
-import vramlab.batch as batch
+import vramlab.grader.batch as batch
 
 
 def grade(job, backend, scale, timeout_s, sandbox="require", cores=None):

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from vramlab import batch, cli, errors
+from vramlab import cli, errors
+from vramlab.grader import batch
 from vramlab.grader import autograde, core, sandbox
 from vramlab.grader import cli as grader_cli
 
@@ -148,11 +149,11 @@ def test_os_errors_are_chinese():
 PARSERS = [       # (name, entry point, the arguments it needs besides the bad option)
     ("vramlab", lambda argv: cli.main(argv), ["estimate"]),
     ("vramlab grade", lambda argv: cli.main(["grade", *argv]), [EX, "x.ipynb"]),
-    ("python -m vramlab.batch", lambda argv: batch.main(argv), []),
+    ("python -m vramlab.grader.batch", lambda argv: batch.main(argv), []),
     ("vramlab tutorials", lambda argv: __import__("vramlab.tutorials", fromlist=["main"]).main(argv), ["list"]),
     ("python -m vramlab.grader.autograde", lambda argv: autograde.main(argv), []),
     ("python -m vramlab.notebooks", lambda argv: __import__("vramlab.notebooks", fromlist=["main"]).main(argv), []),
-    ("python -m vramlab.grader.bench", lambda argv: __import__("vramlab.grader.bench", fromlist=["main"]).main(argv), []),
+    ("vramlab grade-bench", lambda argv: cli.main(["grade-bench", *argv]), []),
 ]
 
 

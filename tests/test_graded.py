@@ -32,11 +32,11 @@ def _run_starter(s, exercise_id):
 def test_exercise_setup_is_what_the_grader_ran(exercise_id):
     """The starter on exercise_setup's objects gives the trusted run's losses and, to the byte, its
     peak (the trusted run recorded by scripts/record_alternatives.py: no card, like the grader's)."""
-    from vramlab.grader.core import _job
+    from vramlab.grader.core import make_job
 
     spec = get_exercise(exercise_id)
     doc = recorded_runs.load(exercise_id)
-    runs = (doc or {}).get("runs", {}).get(recorded_runs.run_key(dict(_job(spec, "ci", "sim", 1), reference=True),
+    runs = (doc or {}).get("runs", {}).get(recorded_runs.run_key(dict(make_job(spec, "ci", "sim", 1), reference=True),
                                                                  spec.starter))
     if not runs:
         pytest.skip(f"no recorded starter run of {exercise_id} for this job (scripts/record_alternatives.py)")

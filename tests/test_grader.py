@@ -242,7 +242,7 @@ def test_cli_grades_a_notebook_with_check_cell(tmp_path):
 def test_check_is_lazy_and_callable():
     code = "import sys, vramlab; assert 'torch' not in sys.modules; f = vramlab.check; assert callable(f)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    import vramlab.notebook_check as mod
+    import vramlab.grader.notebook_check as mod
     assert vramlab.check is mod.check
     assert not hasattr(sys.modules["__main__"], "train_step")
     with pytest.raises(AssertionError, match="没有找到函数"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vramlab.exercises import EXERCISES, get_exercise
-from vramlab.grader.core import _base_result, _judged
+from vramlab.grader.core import base_result, judge
 from vramlab.grader.kinds import get_kind
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "recorded"
@@ -21,11 +21,11 @@ def _judge(eid: str, which: str) -> dict:
     spec = get_exercise(eid)
     bp, sp = doc["runs"]["baseline"]["payload"], doc["runs"][which]["payload"]
     assert bp["ok"] and not bp["violations"], bp.get("error")
-    result = _base_result(spec, doc["backend"], doc["scale"])
+    result = base_result(spec, doc["backend"], doc["scale"])
     result["baseline_peak_bytes"], result["baseline_step_seconds"] = bp.get("peak_bytes"), bp.get("step_seconds")
     if not sp.get("ok") or sp.get("violations"):                # what core._child_failed would say
         return dict(result, passed=False, category="failed_run", reason=str(sp.get("error") or sp.get("violations")))
-    return _judged(get_kind(spec.kind), spec, result, bp, sp)
+    return judge(get_kind(spec.kind), spec, result, bp, sp)
 
 
 def test_every_exercise_is_recorded():
@@ -38,14 +38,14 @@ def test_recordings_are_of_the_current_spec(eid):
     (scripts/record_judged_runs.py) after changing an exercise's ci scale."""
     import importlib.util
 
-    from vramlab.grader.core import _job
+    from vramlab.grader.core import make_job
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "record_judged_runs.py"
     module = importlib.util.spec_from_file_location("record_judged_runs", path)
     record = importlib.util.module_from_spec(module)
     module.loader.exec_module(record)
     doc = json.loads((RECORDED / f"{eid}.json").read_text(encoding="utf-8"))
-    assert doc.get("job") == json.loads(json.dumps(record.comparable_job(_job(get_exercise(eid), "ci", "sim")))), \
+    assert doc.get("job") == json.loads(json.dumps(record.comparable_job(make_job(get_exercise(eid), "ci", "sim")))), \
         f"{eid}: recorded for another job; run scripts/record_judged_runs.py {eid}"
 
 

@@ -19,7 +19,7 @@ from vramlab.grader.kinds.common import (BOOL, INT, NUM, STR, CommonSettings, ex
 
 
 def result_for(spec) -> dict:
-    return core._base_result(spec, "sim", "ci")
+    return core.base_result(spec, "sim", "ci")
 
 
 # ---- registry and contract ---------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_spec_settings_are_the_kinds_and_survive_the_job(exercise_id):
     for scale in ("ci", "gpu"):
         settings = getattr(spec, scale).settings
         assert type(settings) is kind.Settings
-        job = json.loads(json.dumps(core._job(spec, scale, "sim")))
+        job = json.loads(json.dumps(core.make_job(spec, scale, "sim")))
         assert "extra" not in job and settings_from(spec.kind, job["settings"]) == settings
         assert job["world_size"] == settings.world_size and job["config"] == settings.config
         perms = kind.permissions(settings)
@@ -148,7 +148,7 @@ def probe_report(passes=(64,), matmuls=16, low=0, recomputed=0, saved=1000, outs
 
 def judge(exercise_id, bp, sp):
     spec = get_exercise(exercise_id)
-    return core._judged(get_kind(spec.kind), spec, result_for(spec), bp, sp)
+    return core.judge(get_kind(spec.kind), spec, result_for(spec), bp, sp)
 
 
 def test_training_judge_passes_fails_and_refuses_malformed():

@@ -19,7 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from vramlab import notebook_check, notebooks
+from vramlab import notebooks
+from vramlab.grader import notebook_check
 from vramlab.exercises import EXERCISES, get_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -364,8 +365,8 @@ def test_autograde_refuses_without_sandbox(course):
 
 @pytest.mark.slow
 def test_batch_grading_with_progress(tmp_path):
-    """The parallel path (vramlab.batch) grades a nbgrader layout and records a broken file as one row."""
-    from vramlab.batch import grade_many
+    """The parallel path (vramlab.grader.batch) grades a nbgrader layout and records a broken file as one row."""
+    from vramlab.grader.batch import grade_many
 
     eid = PILOT
     spec = get_exercise(eid)

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from vramlab import batch, cli
+from vramlab import cli
+from vramlab.grader import batch
 from vramlab.grader import autograde, core, deadline, safe_read, sandbox
 from vramlab.grader.observer import RankObservation
 
@@ -125,7 +126,7 @@ def _judged(payload) -> dict:
     """The verdict core.py gives a run whose (only) rank left `payload` and was observed normally."""
     from vramlab.exercises import get_exercise
 
-    result = core._base_result(get_exercise("ch05-accumulation"), "sim", "ci")
+    result = core.base_result(get_exercise("ch05-accumulation"), "sim", "ci")
     obs = RankObservation(ns_pid=2, host_pid=2, device_at_ready=0, rss_at_ready=1, hwm=1, written=0)
     run = sandbox.ChildRun(payload, 0, False, 0.1, "", observations=[obs], rank_peaks=[1])
     base = sandbox.ChildRun(PASSING, 0, False, 0.1, "", observations=[obs], rank_peaks=[1])
@@ -424,7 +425,7 @@ def test_a_hanging_submission_in_a_batch_of_five(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp), VRAMLAB_WARM_PARK_S="0", VRAMLAB_DEADLINE_GRACE_S="2")
     env.pop("XDG_RUNTIME_DIR", None)
     env.pop("WORKERS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "vramlab.batch", "--no-sandbox", "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "vramlab.grader.batch", "--no-sandbox", "--workers", "2",
                              "--deadline", "120", "--csv", str(out_csv), *paths],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -452,7 +453,7 @@ def test_a_hanging_submission_in_a_batch_of_five(tmp_path):
     assert [p.name for p in tmp.iterdir()] == [], "temp folders left behind"
 
 
-HANGBATCH = '''"""python -m hangbatch ARGS: vramlab.batch with a fake grader whose gradings for the students in
+HANGBATCH = '''"""python -m hangbatch ARGS: vramlab.grader.batch with a fake grader whose gradings for the students in
 HANG never return and take no notice of signals (SIGTERM, the deadline's interrupt): only the
 parent's kill of the whole worker ends them. Each grading records "<worker pid> <child pid> <student>"."""
 import os
@@ -461,7 +462,7 @@ import subprocess
 import sys
 import time
 
-import vramlab.batch as batch
+import vramlab.grader.batch as batch
 
 
 def grade(job, backend, scale, timeout_s, sandbox="require", cores=None, deadline_s=None):

@@ -1,5 +1,5 @@
 """Reading notebook submissions (vramlab.grader.submission) and building the module that
-`vramlab.check()` sends (vramlab.notebook_check): static only, no child process, no grading."""
+`vramlab.check()` sends (vramlab.grader.notebook_check): static only, no child process, no grading."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from vramlab import notebooks
 from vramlab.exercises import EXERCISES, get_exercise
 from vramlab.grader.submission import SubmissionError, notebook_source
-from vramlab.notebook_check import function_source
+from vramlab.grader.notebook_check import function_source
 
 SETUP = "import torch\n\nimport vramlab\n"
 

@@ -20,7 +20,7 @@ _LAZY = {
     "Measurement": "vramlab.meter", "device_budget": "vramlab.budget",
     "estimate": "vramlab.estimate", "Workload": "vramlab.workload", "build_model": "vramlab.models",
     "measure_workload": "vramlab.runner", "build_training": "vramlab.runner",
-    "check": "vramlab.notebook_check", "exercise_setup": "vramlab.graded",
+    "check": "vramlab.grader.notebook_check", "exercise_setup": "vramlab.graded",
 }
 
 

@@ -19,123 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 
-from .errors import (EXIT_FAILED, EXIT_GRADER, EXIT_MEMORY, EXIT_UNREADABLE, EXIT_USAGE, Interrupted, describe,
+from .errors import (EXIT_FAILED, EXIT_GRADER, EXIT_MEMORY, EXIT_USAGE, Interrupted, describe,
                      os_error_zh, signal_zh, stop_on_signals)
 from . import vocab
+from .args import ChineseArgumentParser, CliError, positive_int, report_error
+from .display import pad, width as text_width      # CJK characters take two terminal columns
 from .units import fmt_bytes, mib
 from .workload import ATTENTION, CHECKPOINTING, LORA_TARGETS, OPTIMIZERS, PRECISIONS, Workload, WorkloadError
 
 CATEGORY_ZH = vocab.labels(vocab.STEP_CATEGORIES)
-
-
-ERROR_KINDS = {EXIT_FAILED: "failed", EXIT_USAGE: "bad_arguments", EXIT_UNREADABLE: "unreadable_submission",
-               EXIT_GRADER: "grader_error", EXIT_MEMORY: "out_of_memory"}
-
-
-class CliError(Exception):
-    """A user-facing failure: printed in Chinese, no traceback; exit code `code` (default 2)."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
-
-
-def report_error(message: str, code: int, as_json: bool = False, kind: str | None = None, **context) -> int:
-    """Print a failure (Chinese, stderr; with `as_json` also one JSON object on stdout); returns `code`."""
-    print(f"错误：{message}", file=sys.stderr)
-    if as_json:
-        doc = {"error": kind or ERROR_KINDS.get(code, "failed"), "message": message, "exit_code": code, **context}
-        print(json.dumps(doc, ensure_ascii=False), flush=True)
-    return code
-
-
-class ChineseHelpFormatter(argparse.HelpFormatter):
-    def add_usage(self, usage, actions, groups, prefix=None):
-        super().add_usage(usage, actions, groups, "用法：" if prefix is None else prefix)
-
-
-class ChineseArgumentParser(argparse.ArgumentParser):
-    """argparse in Chinese: usage, section titles, -h and every error message; `--json` on the
-    command line also gets the error as one JSON object on stdout. Exit code 2."""
-
-    _PATTERNS = [
-        (r"argument command: invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "未知子命令 {0!r}，可选：{1}"),
-        (r"argument (\S+): invalid choice: '?([^' ]*)'? \(choose from (.*)\)", "参数 {0} 的取值 {1!r} 无效，可选：{2}"),
-        (r"argument (\S+): invalid (int|float) value: '(.*)'", "参数 {0} 需要{1}，收到 {2!r}"),
-        (r"argument (\S+): invalid (\S+) value: '(.*)'", "参数 {0} 的取值 {2!r} 无效"),
-        (r"argument (\S+): expected one argument", "参数 {0} 后面需要一个值"),
-        (r"argument (\S+): expected at most one argument", "参数 {0} 最多接受一个值"),
-        (r"argument (\S+): expected at least one argument", "参数 {0} 后面至少需要一个值"),
-        (r"argument (\S+): expected (\d+) arguments?", "参数 {0} 后面需要 {1} 个值"),
-        (r"argument (\S+): not allowed with argument (\S+)", "参数 {0} 不能和 {1} 同时使用"),
-        (r"argument (\S+): ignored explicit argument '(.*)'", "参数 {0} 不接受值，收到 {1!r}"),
-        (r"ambiguous option: (\S+) could match (.*)", "参数 {0} 不明确，可能是：{1}"),
-        (r"one of the arguments (.*) is required", "需要以下参数之一：{0}"),
-        (r"unrecognized arguments: (.*)", "无法识别的参数：{0}"),
-        (r"the following arguments are required: (.*)", "缺少必需参数：{0}"),
-        (r"argument (\S+): (.*)", "参数 {0}：{1}"),            # a type's own (Chinese) message
-    ]
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", ChineseHelpFormatter)
-        add_help = kwargs.pop("add_help", True)
-        super().__init__(*args, add_help=False, **kwargs)
-        self._positionals.title = "位置参数"
-        self._optionals.title = "选项"
-        if add_help:
-            self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help="显示这段帮助并退出")
-
-    def parse_known_args(self, args=None, namespace=None):
-        self._argv = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    @classmethod
-    def translate(cls, message: str) -> str:
-        for pattern, zh in cls._PATTERNS:
-            m = re.search(pattern, message)
-            if m:
-                groups = [{"int": "整数", "float": "数字"}.get(g, g) for g in m.groups()]
-                return zh.format(*groups)
-        return message
-
-    def error(self, message):
-        message = self.translate(message)
-        self.print_usage(sys.stderr)
-        print(f"错误：{message}（用 -h 查看帮助）", file=sys.stderr)
-        if "--json" in getattr(self, "_argv", ()):
-            print(json.dumps({"error": "bad_arguments", "message": message, "exit_code": EXIT_USAGE}, ensure_ascii=False))
-        sys.exit(EXIT_USAGE)
-
-
-def _int_at_least(minimum: int, what: str):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"需要{what}，收到 {text!r}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1, "正整数")
-_non_negative_int = _int_at_least(0, "非负整数")
-
-
-def _positive_seconds(text):
-    """A time limit: a finite number of seconds above 0 (0, negatives, nan and inf are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"需要秒数，收到 {text!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"时限必须是大于 0 的有限秒数，收到 {text!r}")
-    return value
 
 
 # options of a training step: None unless given, so that --inference can refuse them (it ignores them)
@@ -147,8 +41,8 @@ def _add_workload_flags(p):
     p.add_argument("--model", default="gpt2-small", help="模型预设（见 vramlab.models.PRESETS）")
     p.add_argument("--config", default=None, metavar="PATH",
                    help="本地 Hugging Face config.json（或存放它的文件夹）；给出时代替 --model，不联网")
-    p.add_argument("--batch", type=_positive_int, default=8, help="micro-batch 大小")
-    p.add_argument("--seq", type=_positive_int, default=512, help="序列长度")
+    p.add_argument("--batch", type=positive_int, default=8, help="micro-batch 大小")
+    p.add_argument("--seq", type=positive_int, default=512, help="序列长度")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="优化器（默认 adamw）")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--checkpointing", choices=CHECKPOINTING, default=None, help="激活检查点（默认 none）")
@@ -162,8 +56,8 @@ def _add_workload_flags(p):
                    help="QLoRA：基座的线性层用 NF4（bitsandbytes），其余参数按 prepare_model_for_kbit_training 升为 FP32；"
                         "需要 --lora-rank")
     p.add_argument("--zero", type=int, default=None, help="ZeRO 阶段 0/1/2/3（默认 0）")
-    p.add_argument("--gpus", type=_positive_int, default=None, help="数据并行的卡数（默认 1）")
-    p.add_argument("--accum", type=_positive_int, default=None, help="梯度累积步数（默认 1）")
+    p.add_argument("--gpus", type=positive_int, default=None, help="数据并行的卡数（默认 1）")
+    p.add_argument("--accum", type=positive_int, default=None, help="梯度累积步数（默认 1）")
     p.add_argument("--offload", choices=("none", "activations"), default=None,
                    help="activations：把反向要用的激活值存到主存（save_on_cpu）")
     p.add_argument("--inference", action="store_true", help="只做前向推理（inference_mode）；不能与训练选项同用")
@@ -185,17 +79,16 @@ def _workload(args) -> Workload:
 
 
 def _print_breakdown(title: str, total: int, breakdown: dict, notes: dict | None = None):
-    from .plan import _pad, _width          # CJK characters take two terminal columns
     print(title)
-    width = max(_width(CATEGORY_ZH.get(k, k)) for k in breakdown) + 2
-    print(f"  {_pad('类别', width)}{'显存':>10}  {'占比':>4}")
+    width = max(text_width(CATEGORY_ZH.get(k, k)) for k in breakdown) + 2
+    print(f"  {pad('类别', width)}{'显存':>10}  {'占比':>4}")
     for key, value in breakdown.items():
         share = f"{100 * value / total:5.1f}%" if total else "   -  "
-        line = f"  {_pad(CATEGORY_ZH.get(key, key), width)}{fmt_bytes(value):>12}  {share}"
+        line = f"  {pad(CATEGORY_ZH.get(key, key), width)}{fmt_bytes(value):>12}  {share}"
         if notes and notes.get(key):
             line += f"  {notes[key]}"
         print(line)
-    print(f"  {_pad('合计', width)}{fmt_bytes(total):>12}")
+    print(f"  {pad('合计', width)}{fmt_bytes(total):>12}")
 
 
 def cmd_estimate(args):
@@ -231,14 +124,13 @@ def cmd_measure(args):
     print(f"测量结果（{where}，torch {m.torch_version}）")
     # The three figures come from different moments: each peak is the largest value over the
     # measured steps (reached at different instants), the fragmentation is read after the last one.
-    from .plan import _pad, _width
     rows = (("稳态峰值（已分配，测量步中最大的时刻）", m.peak_bytes),
             ("第一步峰值（已分配）", m.first_step_peak_bytes),
             ("已保留的峰值（测量步中最大的时刻，与已分配峰值不一定同时）", m.reserved_peak_bytes),
             ("碎片（测量结束时的 已保留 − 已分配）", m.fragmentation_bytes))
-    width = max(_width(label) for label, _ in rows) + 2
+    width = max(text_width(label) for label, _ in rows) + 2
     for label, value in rows:
-        print(f"  {_pad(label, width)}{fmt_bytes(value):>12}")
+        print(f"  {pad(label, width)}{fmt_bytes(value):>12}")
     if m.step_ms is not None and not m.fake:
         print(f"  单步耗时            {m.step_ms:.1f} ms")
     if m.nvml_process_bytes:
@@ -368,7 +260,7 @@ def build_parser():
     _add_workload_flags(m)
     m.add_argument("--backend", choices=("sim", "cuda", "auto"), default="sim")
     m.add_argument("--fake", action="store_true", help="在 FakeTensorMode 下运行：不分配真实内存")
-    m.add_argument("--steps", type=_positive_int, default=2, help="预热 1 步后测量的步数")
+    m.add_argument("--steps", type=positive_int, default=2, help="预热 1 步后测量的步数")
     m.set_defaults(func=cmd_measure)
     c = sub.add_parser("calibrate", help="逐行对比 H200 参考表：模拟设备（及 GPU）")
     c.add_argument("--json", action="store_true")
@@ -380,7 +272,7 @@ def build_parser():
     b.set_defaults(func=cmd_bench)
     tr = sub.add_parser("trace", help="导出显存时间线（JSON），用网站的时间线查看器打开")
     _add_workload_flags(tr)
-    tr.add_argument("--steps", type=_positive_int, default=2, help="记录的训练步数（含模型构建）")
+    tr.add_argument("--steps", type=positive_int, default=2, help="记录的训练步数（含模型构建）")
     tr.add_argument("--from-cuda-snapshot", default=None, metavar="PICKLE",
                     help="改为转换 torch.cuda.memory._dump_snapshot() 保存的快照")
     tr.add_argument("--device", type=int, default=0, help="快照里的 GPU 序号")
@@ -396,7 +288,7 @@ def build_parser():
     t = sub.add_parser("tutorials", help="执行全部教程（run）或检查网页上的输出是否过期（check）")
     t.add_argument("action", choices=("run", "check", "list"))
     t.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
-    t.add_argument("--jobs", type=_positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
+    t.add_argument("--jobs", type=positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
     t.add_argument("--stale", action="store_true", help="run 时只执行输出已过期的教程")
     t.set_defaults(func=cmd_tutorials)
     from .grader.cli import add_commands; add_commands(sub)  # noqa: E702

@@ -8,7 +8,7 @@ Exit codes (documented in docs/guide/grading.md, "退出码"):
     2    bad arguments (unknown option, model, exercise, row or chapter; an option the mode ignores)
     3    the submission cannot be read (missing, a folder, empty, binary, not a notebook)
     4    the grader or this machine cannot grade (full temp disk, no GPU for --backend cuda, no
-         sandbox where one is required, a grader failure); `python -m vramlab.batch`: some rows are
+         sandbox where one is required, a grader failure); `python -m vramlab.grader.batch`: some rows are
          grader errors (a rerun retries them)
     5    out of memory (`measure`, `trace`)
     128+N  stopped by signal N: 129 SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM (kill, scancel, docker stop)

@@ -328,7 +328,7 @@ def report(rows: list[dict], out=None) -> None:
 def main(argv=None) -> int:
     import argparse
 
-    from .cli import ChineseArgumentParser
+    from .args import ChineseArgumentParser
 
     parser = ChineseArgumentParser(
         prog="python -m vramlab.estimate_grid",

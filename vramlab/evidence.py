@@ -244,7 +244,7 @@ def exercise_figures(exercise_id: str, reports: dict[str, dict] | None = None) -
 
 
 def main(argv=None) -> int:
-    from .cli import ChineseArgumentParser
+    from .args import ChineseArgumentParser
 
     p = ChineseArgumentParser(prog="vramlab evidence", description="在一台机器上收集全部证据：校准、评分、教程")
     p.add_argument("out", help="输出文件夹（写 evidence.json 和 summary.md）")

@@ -37,7 +37,7 @@ def exercise_setup(exercise_id: str, *, scale: str = "ci", _hidden: int = 0) -> 
 
     from .exercises import get_exercise
     from .grader import build
-    from .grader.core import _job
+    from .grader.core import make_job
     from .grader.kinds import get_kind
     from .sim.device import SimDevice
 
@@ -48,7 +48,7 @@ def exercise_setup(exercise_id: str, *, scale: str = "ci", _hidden: int = 0) -> 
                          "notebook 里的示例单元格已经给出了它们的形状；exercise_setup 只用于训练类练习")
     if _hidden:
         spec = dataclasses.replace(spec, **{scale: getattr(spec, scale).varied(getattr(spec, scale).hidden[_hidden - 1])})
-    job = _job(spec, scale, "sim", threads=torch.get_num_threads())
+    job = make_job(spec, scale, "sim", threads=torch.get_num_threads())
     settings = kind.Settings(**job["settings"])
     world = int(job.get("world_size", 1))
     dev = SimDevice(cublas_workspace=bool(getattr(settings, "cublas_workspace", True)))

@@ -88,7 +88,7 @@ def write(root: Path, out: Path, repo: str, ref: str) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    from .cli import ChineseArgumentParser
+    from .args import ChineseArgumentParser
     parser = ChineseArgumentParser(prog="python -m vramlab.hosted",
                                    description="为 Colab、Kaggle、ModelScope 写出第一格会安装 vramlab 的 notebook 副本")
     parser.add_argument("out", type=Path, help="输出目录")

@@ -398,7 +398,7 @@ def check(ids=None) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from .cli import ChineseArgumentParser
+    from .args import ChineseArgumentParser
 
     parser = ChineseArgumentParser(prog="python -m vramlab.notebooks",
                                      description="从练习规格生成 nbgrader 源 notebook（solutions/）和学员 notebook（exercises/）")

@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass, replace
 from .estimate import (PHASE_ZH, Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
                        param_count)
 from . import vocab
+from .display import pad
 from .models import Preset, get_preset
 from .units import GiB, MiB, fmt_bytes, parse_bytes
 from .workload import LORA_TARGETS, Workload, WorkloadError
@@ -808,18 +809,6 @@ def bench_workloads(p: Preset) -> list[tuple[str, Workload]]:
              Workload(model=p.name, batch=1, seq=seq, precision=full, checkpointing="full"))]
 
 
-def _width(text: str) -> int:
-    """Terminal columns of `text` (CJK characters take two)."""
-    import unicodedata
-
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def _pad(text: str, width: int) -> str:
-    """Left-align `text` in `width` terminal columns (CJK characters take two)."""
-    return text + " " * max(0, width - _width(text))
-
-
 def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
     import torch
 
@@ -828,7 +817,7 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
     rows = []
     if not as_json:
         print(f"估算 vs 模拟设备（FakeTensorMode，torch {torch.__version__}）：已分配峰值", file=out)
-        print(f"{_pad('配置', 20)} {_pad('工作负载', 40)} {'估算 MiB':>10s} {'模拟 MiB':>10s} {'比值':>7s} {'耗时':>6s}",
+        print(f"{pad('配置', 20)} {pad('工作负载', 40)} {'估算 MiB':>10s} {'模拟 MiB':>10s} {'比值':>7s} {'耗时':>6s}",
               file=out)
     for path in paths or sample_configs():
         p = load_config(path)
@@ -840,7 +829,7 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
                    "sim_bytes": sim["peak_bytes"], "ratio": ratio, "seconds": sim["seconds"], "spec": w.to_dict()}
             rows.append(row)
             if not as_json:
-                print(f"{_pad(p.name[4:], 20)} {_pad(label, 40)} {est / MiB:10,.0f} {sim['peak_bytes'] / MiB:10,.0f} "
+                print(f"{pad(p.name[4:], 20)} {pad(label, 40)} {est / MiB:10,.0f} {sim['peak_bytes'] / MiB:10,.0f} "
                       f"{ratio:7.4f} {sim['seconds']:5.0f}s", file=out, flush=True)
     worst = max(abs(r["ratio"] - 1) for r in rows)
     if as_json:
@@ -976,7 +965,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    from .cli import ChineseArgumentParser
+    from .args import ChineseArgumentParser
 
     parser = ChineseArgumentParser(prog="python -m vramlab.plan", description="在给定显卡上规划一次微调")
     add_arguments(parser)

@@ -46,7 +46,7 @@ def sha256_text(text: str) -> str:
 
 
 # Grading code that no tutorial imports (tests/test_tutorials.py checks that none does).
-NOT_IMPORTED_BY_TUTORIALS = ("grader", "exercises", "notebook_check.py", "notebooks.py", "batch.py",
+NOT_IMPORTED_BY_TUTORIALS = ("grader", "exercises", "notebooks.py",
                              "bound_numbers.py")
 
 # What a tutorial runs when it imports this module is `publish` (vramlab/published.py): the freshness
@@ -191,12 +191,12 @@ def stale(source: Path) -> str | None:
 
 
 def main(argv=None) -> int:
-    from .cli import ChineseArgumentParser, _positive_int
+    from .args import ChineseArgumentParser, positive_int
 
     p = ChineseArgumentParser(prog="vramlab tutorials", description="执行教程并检查输出是否过期")
     p.add_argument("action", choices=("run", "check", "list"))
     p.add_argument("--only", default=None, help="只处理这些章节，如 ch01,ch02")
-    p.add_argument("--jobs", type=_positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
+    p.add_argument("--jobs", type=positive_int, default=None, help="同时执行几份教程（默认每个 CPU 核一份，最多 4）")
     p.add_argument("--stale", action="store_true", help="run 时只执行输出已过期的教程")
     args = p.parse_args(argv)
     chosen = sources()

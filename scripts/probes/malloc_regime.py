@@ -32,7 +32,7 @@ def child(exercise: str, cached: bool, wait_for=None) -> None:
     folder = tempfile.mkdtemp(prefix="vramlab-probe-")
     with open(f"{folder}/submission.py", "w", encoding="utf-8") as f:
         f.write(spec.solution)
-    job = dict(core._job(spec, "ci", "sim", 1), reference=False, source_file=f"{folder}/submission.py",
+    job = dict(core.make_job(spec, "ci", "sim", 1), reference=False, source_file=f"{folder}/submission.py",
                init_method="tcp://127.0.0.1:29577")
     with open(f"{folder}/job.json", "w", encoding="utf-8") as f:
         json.dump(job, f)

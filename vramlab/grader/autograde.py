@@ -279,7 +279,7 @@ def before_nbgrader(root, argv: list[str]) -> None:
 
 
 def main(argv=None) -> int:
-    from ..cli import ChineseArgumentParser
+    from ..args import ChineseArgumentParser
 
     p = ChineseArgumentParser(prog="python -m vramlab.grader.autograde",
                               description="找出 nbgrader autograde 被中断后没评完的提交（--fix：删掉它们的评分文件夹，"

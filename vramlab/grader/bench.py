@@ -10,7 +10,7 @@ learner's second `vramlab.check()` and every grading of a batch after the first 
 and their ratio, measured in the same run on the same machine. `--load N` grades each solution
 again while N busy-loop processes run (default: all cores but one busy) and prints that latency
 and its ratio to the idle one (grader/threads.py picks the threads from the load). `--class-size N` then grades N
-copies of every chosen exercise's solution through the batch (`vramlab.batch`, 2 workers, each
+copies of every chosen exercise's solution through the batch (`vramlab.grader.batch`, 2 workers, each
 grading on its share of the cores) and prints the class throughput and what 30 students handing in
 every chosen exercise would take at that rate (`--chapters`: the 30 chapters' exercises, the
 issue's 30 x 30; all 33 with the stage challenges: 990 gradings). One untimed copy per exercise
@@ -260,7 +260,7 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
     One pool of `workers` workers serves both rounds. The first, untimed, grades one copy per exercise: the
     workers start their sandboxes and the starter's run is measured at the batch's share of the
     cores, what a class pays once. The second is timed: the rate a class of any size is graded at."""
-    from ..batch import _start_pool, _stop_pool, grade_many
+    from .batch import grade_many, start_pool, stop_pool
 
     sandbox = "require" if sandbox == "auto" else sandbox
     with tempfile.TemporaryDirectory(prefix="vramlab-class-") as tmp:
@@ -274,7 +274,7 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
                     paths.append(str(folder / f"{spec.id}.py"))
             return paths
 
-        pool, stop, pool_tmp = _start_pool(workers)
+        pool, stop, pool_tmp = start_pool(workers)
         try:
             t0 = time.perf_counter()
             grade_many(copies(["first"]), workers=workers, backend=backend, scale=scale, progress=False,
@@ -286,7 +286,7 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
                               executor=pool)
             wall = time.perf_counter() - t0
         finally:
-            _stop_pool(pool, stop, pool_tmp, kill=False)
+            stop_pool(pool, stop, pool_tmp, kill=False)
     per_minute = len(rows) / wall * 60
     class_gradings = CLASS_STUDENTS * len(chosen)      # every student hands in every chosen exercise
     result = {"gradings": len(rows), "wall_seconds": round(wall, 1), "per_minute": round(per_minute, 1),
@@ -299,15 +299,3 @@ def _class(chosen, size: int, backend: str, scale: str, sandbox: str, as_json: b
               f"按这个速度，{CLASS_STUDENTS} 人 × {len(chosen)} 题（{class_gradings} 份）约 "
               f"{result['projected_class_minutes']:.1f} 分钟（含只付一次的部分；目标：30 人 × 30 题 ≤ 15 分钟）")
     return result
-
-
-def main(argv=None) -> int:
-    """`python -m vramlab.grader.bench ARGS` = `vramlab grade-bench ARGS`: the same Chinese errors,
-    exit codes and clean stop on Ctrl-C / SIGTERM / SIGHUP (vramlab/cli.py)."""
-    from ..cli import main as cli_main
-
-    return cli_main(["grade-bench", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

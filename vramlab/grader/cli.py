@@ -70,7 +70,7 @@ def unreadable(path) -> str | None:
 
 
 def cmd_grade(args):
-    from ..cli import report_error
+    from ..args import report_error
     from ..errors import EXIT_GRADER, EXIT_UNREADABLE, EXIT_USAGE, describe
     from ..exercises import get_exercise
     from . import deadline
@@ -150,7 +150,7 @@ def cmd_grade_bench(args):
 
 def _exercise_ids(text: str) -> list[str]:
     """Comma-separated exercise ids, each a known one (else a Chinese CliError, exit 2)."""
-    from ..cli import CliError
+    from ..args import CliError
     from ..exercises import EXERCISES
 
     ids = [i.strip() for i in text.split(",") if i.strip()]
@@ -161,7 +161,7 @@ def _exercise_ids(text: str) -> list[str]:
 
 
 def add_commands(sub):
-    from ..cli import _non_negative_int, _positive_int, _positive_seconds
+    from ..args import non_negative_int, positive_int, positive_seconds
 
     e = sub.add_parser("exercises", help="列出评分练习（编号、函数、目标、分值、notebook 路径）")
     e.add_argument("--json", action="store_true", help="输出 JSON")
@@ -173,8 +173,8 @@ def add_commands(sub):
     g.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
     g.add_argument("--backend", choices=("sim", "cuda"), default="sim")
     g.add_argument("--scale", choices=("ci", "gpu"), default="ci")
-    g.add_argument("--timeout", type=_positive_seconds, default=None, help="提交代码的运行时限（秒，大于 0；默认按规模 120 或 600）")
-    g.add_argument("--deadline", type=_positive_seconds, default=None,
+    g.add_argument("--timeout", type=positive_seconds, default=None, help="提交代码的运行时限（秒，大于 0；默认按规模 120 或 600）")
+    g.add_argument("--deadline", type=positive_seconds, default=None,
                    help="整份评分的总时限（秒，大于 0；含准备、起始代码和隐藏用例）。默认取环境变量 VRAMLAB_DEADLINE_S，"
                         "否则为每个用例的运行时限之和再加 300 秒余量；超过的记为这份提交超时（0 分）")
     g.add_argument("--sandbox", choices=("auto", "require"), default="auto",
@@ -196,12 +196,12 @@ def add_commands(sub):
     b.add_argument("--no-sandbox", action="store_true", help="不用操作系统沙箱（对比沙箱的开销）")
     b.add_argument("--compare", action="store_true",
                    help="同时按以前的做法（每次新起解释器、每次重测起始代码）评一次，打印两者之比")
-    b.add_argument("--class-size", type=_non_negative_int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
-    b.add_argument("--workers", type=_positive_int, default=2, help="全班评分时同时评的份数（默认 2）")
+    b.add_argument("--class-size", type=non_negative_int, default=0, help="再用批量评分给 N 份参考答案的副本评分，打印全班吞吐")
+    b.add_argument("--workers", type=positive_int, default=2, help="全班评分时同时评的份数（默认 2）")
     b.add_argument("--class-only", action="store_true", help="只测全班吞吐，不逐题测单次评分")
     b.add_argument("--load", type=int, nargs="?", const=-1, default=0, metavar="N",
                    help="每题再在 N 个忙循环进程同时运行时评一次，和空闲时的耗时一起打印（不写 N：除一个核以外全占满）")
-    b.add_argument("--noise", type=_positive_int, default=0, metavar="N",
+    b.add_argument("--noise", type=positive_int, default=0, metavar="N",
                    help="改为测诚实提交的进程外读数噪声：参考答案（和 --alternatives 里标着 pass 的写法）各评 N 次，"
                         "打印“进程外多用”的分布和允许误差")
     b.add_argument("--alternatives", metavar="DIR", help="与 --noise 一起用：其他正确写法所在的文件夹，例如 tests/alternatives")

@@ -49,7 +49,9 @@ from .submission import SubmissionError, check_source, notebook_source, paramete
 from .threads import MAX_THREADS, free_cores, torch_threads, usable_cores  # noqa: E402,F401 (re-exported)
 
 
-def _job(spec, scale_name: str, backend: str, threads: int | None = None) -> dict:
+def make_job(spec, scale_name: str, backend: str, threads: int | None = None) -> dict:
+    """The job a grading's ranks run (written to job.json in the grading's folder): what to build,
+    how many steps, which kind and its settings. The same for the starter and the submission."""
     scale = getattr(spec, scale_name)
     settings = scale.settings
     return {
@@ -63,7 +65,8 @@ def _job(spec, scale_name: str, backend: str, threads: int | None = None) -> dic
     }
 
 
-def _base_result(spec, backend: str, scale: str) -> dict:
+def base_result(spec, backend: str, scale: str) -> dict:
+    """A result before any judging: 0 points, no category; every field a report reads is present."""
     return {
         "exercise": spec.id, "kind": spec.kind, "passed": False, "score": 0, "max_score": spec.points, "category": None,
         "reason": "", "peak_bytes": None, "baseline_peak_bytes": None, "ratio": None,
@@ -98,7 +101,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     if sandbox == "require" and not use_sandbox:
         raise GraderError(policy.NO_SANDBOX_REFUSAL)
     t_start = time.perf_counter()
-    result = _base_result(spec, backend, scale)
+    result = base_result(spec, backend, scale)
     result["sandboxed"] = use_sandbox
     if not use_sandbox:
         result["warnings"] = [policy.IN_KERNEL_SANDBOX_NOTE if os.environ.get("VRAMLAB_IN_KERNEL_SANDBOX")
@@ -122,7 +125,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     result["hidden_passed"] = 0
     for i, variation in enumerate(hidden if result["passed"] else (), 1):
         case_spec = dataclasses.replace(spec, **{scale: getattr(spec, scale).varied(variation)})
-        case = _grade_case(case_spec, _base_result(spec, backend, scale), **run_case)
+        case = _grade_case(case_spec, base_result(spec, backend, scale), **run_case)
         if not case["passed"]:
             result.update(passed=False, score=0, category=case["category"], hidden_failed=i,
                           violations=case.get("violations", []), hidden_memory=feedback.normalised(case.get("memory")),
@@ -140,7 +143,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
 def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, timeout: float, memory: int,
                 reuse_baseline: bool, use_sandbox: bool, cores: int | None) -> dict:
     """One configuration: the starter's run (kept or measured now), the learner's run, the verdict."""
-    job = _job(spec, scale, backend, cores)
+    job = make_job(spec, scale, backend, cores)
 
     runs: dict[str, ChildRun] = {}
 
@@ -193,7 +196,7 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
     failed = _child_failed(result, sub, timeout, base) or _hidden_memory(result, spec, kind, base, sub)
     if failed:
         return feedback.explain(failed)
-    return feedback.explain(_judged(kind, spec, result, bp, sub.payload))
+    return feedback.explain(judge(kind, spec, result, bp, sub.payload))
 
 
 def _grader_failure_zh(e: Exception) -> str:
@@ -213,9 +216,12 @@ def _check_trusted(base: ChildRun) -> None:
         raise GraderError(f"起始代码（可信基线）触发了评分器的防护，评分器本身有问题：{bp['violations'][:3]}")
 
 
-def _judged(kind, spec, result: dict, bp: dict, sp) -> dict:
-    """The kind's verdict. Judges validate the learner's payload themselves; whatever still breaks
-    them on a malformed one is the learner's doing ("tamper"), a broken trusted run is the grader's."""
+def judge(kind, spec, result: dict, bp: dict, sp) -> dict:
+    """The kind's verdict on one case, from the starter's payload `bp` and the submission's `sp`
+    (what the ranks wrote, already read and bounded). Public so that tests judge recorded runs
+    without running anything (tests/test_judges_recorded.py). Judges validate the learner's payload
+    themselves; whatever still breaks them on a malformed one is the learner's doing ("tamper"),
+    a broken trusted run is the grader's."""
     try:
         return kind.judge(spec, result, bp, sp)
     except BaselineBroken as e:
@@ -304,7 +310,7 @@ def grade_file(exercise_id: str, path, backend: str = "sim", scale: str = "ci", 
     try:
         source = read_submission(path, spec.function)
     except SubmissionError as e:
-        result = _base_result(spec, backend, scale)
+        result = base_result(spec, backend, scale)
         result["seconds"] = 0.0
         return _fail(result, e.category, e.reason)
     return grade_source(exercise_id, source, backend=backend, scale=scale, timeout_s=timeout_s,

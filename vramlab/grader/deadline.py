@@ -95,10 +95,10 @@ def timeout_zh(limit: float) -> str:
 def timeout_result(exercise_id: str, backend: str, scale: str, limit: float, seconds_used: float) -> dict:
     """The verdict of a grading stopped at its deadline, shaped like any other result."""
     from ..exercises import get_exercise
-    from .core import _base_result
+    from .core import base_result
     from .kinds.common import fail
 
-    result = _base_result(get_exercise(exercise_id), backend, scale)
+    result = base_result(get_exercise(exercise_id), backend, scale)
     result.update(seconds=round(seconds_used, 2), deadline_s=round(limit, 1))
     return fail(result, "timeout", timeout_zh(limit))
 

@@ -20,9 +20,9 @@ import bisect
 import html
 import math
 import re
-import unicodedata
 
 from .. import vocab
+from ..display import width
 from ..units import fmt_bytes
 from .kinds.common import INT, STR, dict_of, list_of, optional, pair, record
 
@@ -167,12 +167,8 @@ CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activ
 CATEGORY_NOTE = {k: vocab.note(k) for k in ("temporaries", "other")}     # said where your run has more of it
 
 
-def width(s: str) -> int:
-    """Columns a terminal gives `s` (CJK characters take two)."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
-
-
 def pad(s: str, n: int, right: bool = False) -> str:
+    """`s` in `n` terminal columns (display.width: CJK characters take two), left- or right-aligned."""
     fill = " " * max(0, n - width(s))
     return fill + s if right else s + fill
 

@@ -4,7 +4,7 @@
     vramlab grade-class --slurm --partition gpu --gres gpu:1 --backend cuda --cpus-per-task 8 --mem 32G ...
     vramlab grade-class --slurm --no-wait ...         # submit and return; prints the run id
     vramlab grade-class --attach RUN --csv grades.csv # wait for that run again, then write the CSV
-    vramlab grade-class SUBMISSIONS...                # no --slurm: the local batch (vramlab/batch.py)
+    vramlab grade-class SUBMISSIONS...                # no --slurm: the local batch (vramlab/grader/batch.py)
 
 The submitting command keys every submission as the local batch does (batch.job_key: exercise,
 student, the file's bytes, backend, scale), reads every journal already under the state folder,
@@ -54,7 +54,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-from .. import batch
+from . import batch
 from ..errors import EXIT_GRADER, EXIT_OK, EXIT_USAGE, Interrupted, describe, signal_exit_code, signal_zh, stop_on_signals
 
 PER_TASK = 10                 # default share of one array task: its warm-up (torch import) is paid once per task
@@ -595,10 +595,10 @@ def slurm_main(args) -> int:
 # -- the command line -------------------------------------------------------------------------------
 
 def build_parser():
-    from ..cli import _positive_int, _positive_seconds
+    from ..args import positive_int, positive_seconds
 
     parser = batch.build_parser(prog="vramlab grade-class",
-                                description="给一个班评分：默认在本机并行评分（同 python -m vramlab.batch）；"
+                                description="给一个班评分：默认在本机并行评分（同 python -m vramlab.grader.batch）；"
                                             "加 --slurm 在 Slurm 集群上用一个作业数组评分，结果写成同样的 CSV")
     g = parser.add_argument_group("Slurm 集群（--slurm）")
     g.add_argument("--slurm", action="store_true", help="提交一个 Slurm 作业数组评分，等它结束后写 CSV（默认 nbgrader/vramlab_grades.csv）")
@@ -606,15 +606,15 @@ def build_parser():
     g.add_argument("--no-wait", action="store_true", help="提交后立即返回，打印运行编号（之后用 --attach 等它）")
     g.add_argument("--partition", help="分区（sbatch --partition）")
     g.add_argument("--time", help="每个数组任务的时限（sbatch --time，例如 01:00:00）")
-    g.add_argument("--cpus-per-task", type=_positive_int, help="每个任务的 CPU 核数（sbatch --cpus-per-task；评分的 torch 线程数随它）")
+    g.add_argument("--cpus-per-task", type=positive_int, help="每个任务的 CPU 核数（sbatch --cpus-per-task；评分的 torch 线程数随它）")
     g.add_argument("--mem", help="每个任务的内存（sbatch --mem，例如 32G）")
     g.add_argument("--gres", help="每个任务的通用资源，例如 gpu:1（sbatch --gres）；GPU 评分再加 --backend cuda")
     g.add_argument("--sbatch-arg", action="append", metavar="ARG",
                    help="原样传给 sbatch 的其他参数，可多次，例如 --sbatch-arg=--account=course42")
-    g.add_argument("--tasks", type=_positive_int, help=f"数组任务数（默认每 {PER_TASK} 份提交一个任务）；每个任务里同时评几份用 --workers（--slurm 时默认 1）")
-    g.add_argument("--max-running", type=_positive_int, help="同时运行的任务数上限（sbatch --array=...%%N）")
+    g.add_argument("--tasks", type=positive_int, help=f"数组任务数（默认每 {PER_TASK} 份提交一个任务）；每个任务里同时评几份用 --workers（--slurm 时默认 1）")
+    g.add_argument("--max-running", type=positive_int, help="同时运行的任务数上限（sbatch --array=...%%N）")
     g.add_argument("--state-dir", help="各任务的 journal、日志所在的文件夹，须在所有节点都能访问的共享存储上（默认：<CSV>.slurm）")
-    g.add_argument("--poll", type=_positive_seconds, default=5.0, help="等待时每隔几秒读一次 journal 和 squeue（默认 5）")
+    g.add_argument("--poll", type=positive_seconds, default=5.0, help="等待时每隔几秒读一次 journal 和 squeue（默认 5）")
     return parser
 
 
@@ -623,7 +623,7 @@ def main(argv=None) -> int:
     the batch's: 0 every submission graded, 2 bad arguments, 4 some rows are grader errors or
     some submissions are still without a grade (their tasks failed; the same command again grades
     them) or sbatch refused, 128+N the wait was stopped by signal N (the array goes on)."""
-    from ..cli import _positive_int, report_error
+    from ..args import positive_int, report_error
 
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -640,7 +640,7 @@ def main(argv=None) -> int:
         parser.error("--slurm 模式下每个任务有自己的 journal（在 --state-dir 里），不能用 --journal")
     args.csv = args.csv or os.path.join("nbgrader", "vramlab_grades.csv")
     try:
-        args.workers = _positive_int(args.workers or "1")       # gradings at once in each task
+        args.workers = positive_int(args.workers or "1")       # gradings at once in each task
     except argparse.ArgumentTypeError as e:
         parser.error(f"--workers {e}")
     with stop_on_signals():

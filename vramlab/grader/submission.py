@@ -17,7 +17,7 @@ import symtable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader", "vramlab.notebook_check")
+FORBIDDEN_MODULES = ("vramlab.exercises", "vramlab.grader")
 BUILTINS = frozenset(dir(builtins))
 # Calls that only build a container (or bind arguments to a function): safe to run at import.
 PURE_CALLS = frozenset({"dict", "list", "set", "tuple", "frozenset", "object", "collections.OrderedDict",

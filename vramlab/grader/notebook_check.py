@@ -19,7 +19,7 @@ import os
 import textwrap
 import types
 
-from .grader.submission import FORBIDDEN_MODULES
+from .submission import FORBIDDEN_MODULES
 
 HEADER = "import torch\nimport torch.nn.functional as F\n"
 
@@ -133,7 +133,7 @@ DEFERRED_MESSAGE = ("自动评分：这个单元格的得分由评分器在你�
 def deferred() -> bool:
     """In autograde's sandboxed kernel with TrustedRegrade configured (grader/autograde.py), the
     kernel measures nothing: the score is decided outside it."""
-    from .grader.kernel import DEFER_ENV, INSIDE_ENV
+    from .kernel import DEFER_ENV, INSIDE_ENV
 
     return os.environ.get(DEFER_ENV) == "1" and os.environ.get(INSIDE_ENV) == "1"
 
@@ -141,7 +141,7 @@ def deferred() -> bool:
 def show_figure(result: dict) -> bool:
     """Display the report's timeline figure (starter vs yours, allocated over the steps) inline when a
     Jupyter kernel runs this; plain Python prints the text report only. True when it was shown."""
-    from .grader.report import figure_of, memory_of
+    from .report import figure_of, memory_of
 
     svg = figure_of(result)
     try:
@@ -162,9 +162,9 @@ def show_figure(result: dict) -> bool:
 
 
 def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", quiet: bool = False) -> dict:
-    from .exercises import get_exercise
-    from .grader import grade_source
-    from .grader.report import format_result
+    from ..exercises import get_exercise
+    from . import grade_source
+    from .report import format_result
 
     spec = get_exercise(exercise_id)
     if deferred():
@@ -181,7 +181,7 @@ def check(exercise_id: str, func=None, backend: str = "sim", scale: str = "ci", 
         source = function_source(func, spec.function)
     except (OSError, TypeError) as e:
         raise AssertionError(f"读不到函数 `{spec.function}` 的源代码（{e}）：请在 notebook 的代码单元里定义它") from None
-    from .grader import deadline      # the whole grading under a wall-clock deadline ($VRAMLAB_DEADLINE_S)
+    from . import deadline      # the whole grading under a wall-clock deadline ($VRAMLAB_DEADLINE_S)
 
     result = deadline.run(lambda: grade_source(exercise_id, source, backend=backend, scale=scale),
                           exercise_id, backend, scale)

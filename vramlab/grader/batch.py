@@ -1,8 +1,8 @@
 """Grade many submissions on one machine, with bounded parallelism, a progress bar and a journal.
 
-    python -m vramlab.batch --workers 2 --csv nbgrader/vramlab_grades.csv nbgrader/submitted/*/*/*.ipynb
+    python -m vramlab.grader.batch --workers 2 --csv nbgrader/vramlab_grades.csv nbgrader/submitted/*/*/*.ipynb
 
-    from vramlab.batch import grade_many
+    from vramlab.grader.batch import grade_many
     rows = grade_many(["nbgrader/submitted/alice/ch07-checkpoint/ch07-checkpoint.ipynb"], workers=2)
 
 Every submission goes through `vramlab.grader.grade_file` (the same isolated grader that
@@ -55,9 +55,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .cli import ChineseArgumentParser, _positive_int, _positive_seconds, report_error
-from .errors import EXIT_GRADER, EXIT_OK, EXIT_USAGE, STOP_SIGNALS, describe, os_error_zh, signal_exit_code, signal_zh
-from .errors import Interrupted as Stopped, stop_on_signals
+from ..args import ChineseArgumentParser, positive_int, positive_seconds, report_error
+from ..errors import EXIT_GRADER, EXIT_OK, EXIT_USAGE, STOP_SIGNALS, describe, os_error_zh, signal_exit_code, signal_zh
+from ..errors import Interrupted as Stopped, stop_on_signals
 
 try:
     import fcntl
@@ -90,7 +90,7 @@ class Interrupted(Exception):
 
 def infer_job(path, exercise: str | None = None) -> tuple[str, str, str]:
     """(student, exercise, path) for a submission path in nbgrader's layout."""
-    from .exercises import EXERCISES
+    from ..exercises import EXERCISES
 
     p = Path(path)
     if exercise is None:
@@ -109,7 +109,7 @@ def job_key(job: tuple[str, str, str], backend: str, scale: str) -> str | None:
     """sha256 of what a grade depends on: exercise, student, the file's bytes, backend and scale.
     None for a file that cannot be read, or is not a regular file (a FIFO would block the batch:
     grader/safe_read.py): such a job is never reused."""
-    from .grader import safe_read
+    from . import safe_read
 
     student, exercise, path = job
     try:
@@ -130,7 +130,7 @@ def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, s
     try:
         if not exercise:
             raise ValueError(f"无法从路径判断练习编号：{path}（用 --exercise 指定）")
-        from .grader import deadline, grade_file
+        from . import deadline, grade_file
 
         result = deadline.run(lambda: grade_file(exercise, path, backend=backend, scale=scale, timeout_s=timeout_s,
                                                  sandbox=sandbox, cores=cores),
@@ -144,7 +144,7 @@ def _grade_one(job: tuple[str, str, str], backend: str, scale: str, timeout_s, s
 
 def _timeout_row(job: tuple[str, str, str], backend: str, scale: str, limit: float, seconds: float) -> dict:
     """The row of a grading whose worker the parent killed at its deadline: that submission's timeout."""
-    from .grader import deadline
+    from . import deadline
 
     student, exercise, path = job
     row = {"student": student, "exercise": exercise, "path": path, "passed": False, "score": 0}
@@ -171,7 +171,7 @@ def _graded(index: int, job, backend, scale, timeout_s, sandbox, cores, deadline
 def _kill_worker(pid: int) -> None:
     """SIGKILL a pool worker and every process below it (its gradings run in sessions of their
     own): stopped first, so that it starts nothing while its tree is listed."""
-    from .grader.observer import descendants
+    from .observer import descendants
 
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGSTOP)
@@ -341,7 +341,7 @@ class _Pool(ProcessPoolExecutor):
     announce = None
 
 
-def _start_pool(workers: int):
+def start_pool(workers: int):
     """A pool of spawned workers (no fork of a process that may hold CUDA or threads), the pipe
     that stops them (see _worker_init), the folder for their gradings' temp files and the queue on
     which they say which job they start (see _graded). Not a multiprocessing.Event: setting one
@@ -354,7 +354,7 @@ def _start_pool(workers: int):
             resource_tracker.ensure_running()
     stop_r, stop_w = ctx.Pipe(duplex=False)
     tmp = tempfile.mkdtemp(prefix="vramlab-batch-")
-    from .grader.sandbox import mark_owner
+    from .sandbox import mark_owner
     mark_owner(tmp)                 # a later grading removes it if this batch is SIGKILLed (sandbox.sweep_stale)
     announce = ctx.SimpleQueue()
     pool = _Pool(max_workers=max(1, int(workers)), mp_context=ctx, initializer=_worker_init,
@@ -363,7 +363,7 @@ def _start_pool(workers: int):
     return pool, (stop_r, stop_w), tmp
 
 
-def _stop_pool(pool: ProcessPoolExecutor, stop, tmp: str, kill: bool) -> None:
+def stop_pool(pool: ProcessPoolExecutor, stop, tmp: str, kill: bool) -> None:
     """Shut the pool down; with `kill`, end its workers now instead of letting them finish. The
     pending futures are not cancelled first: the pool fails them itself once its workers are gone
     (Python 3.11's pool would trip over a cancelled one there)."""
@@ -433,8 +433,8 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
     `concurrent.futures.Executor` instead of a pool of spawned processes (tests use threads, which
     see a monkeypatched `_grade_one`); it is not shut down here, and its workers are not killed at
     a deadline (the watchdog inside each grading still is)."""
-    from .grader import policy
-    from .grader.core import usable_cores
+    from . import policy
+    from .core import usable_cores
 
     if sandbox == "require" and policy.bwrap_path() is None:
         raise SystemExit(policy.NO_SANDBOX_REFUSAL)
@@ -462,7 +462,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
         print(f"已有 {reused} 份成绩（{journal}），跳过；还要评 {len(todo)} 份", file=sys.stderr)
     bar = _progress_bar(len(jobs), reused) if progress else None
     t0 = time.perf_counter()
-    from .grader import deadline as grading_deadline
+    from . import deadline as grading_deadline
 
     # the parent's own limit: a worker whose grading outlives its deadline by this much is killed
     hard = {i: grading_deadline.seconds(jobs[i][1], scale, timeout_s, deadline_s) + 3 * grading_deadline.GRACE_S
@@ -483,7 +483,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
             queue = list(todo)
             while queue and not caught:     # a second round only after a worker was killed at a deadline
                 if executor is None:
-                    pool, stop, tmp = _start_pool(workers)
+                    pool, stop, tmp = start_pool(workers)
                 with _signals_blocked():                    # the workers start here (see _signals_blocked)
                     futures = {(executor or pool).submit(_graded, i, jobs[i], backend, scale, timeout_s, sandbox, share,
                                                          deadline_s): i for i in queue}
@@ -492,7 +492,7 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                 killed: dict[int, float] = {}                      # job -> seconds it ran when its worker was killed
                 while pending and not caught:
                     done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    # drained for a pool passed in too (bench.py passes one of _start_pool's): a full pipe would block its workers
+                    # drained for a pool passed in too (bench.py passes one of start_pool's): a full pipe would block its workers
                     announce = getattr(executor or pool, "announce", None)
                     while announce is not None and not announce.empty():
                         i, pid = announce.get()
@@ -516,12 +516,12 @@ def grade_many(paths, workers: int = 2, exercise: str | None = None, backend: st
                             _kill_worker(pid)       # the pool breaks: its other jobs come back as BrokenProcessPool
                             killed[i] = now - since
                 if executor is None:
-                    _stop_pool(pool, stop, tmp, kill=bool(pending or killed))
+                    stop_pool(pool, stop, tmp, kill=bool(pending or killed))
                     pool = None
                 queue.sort()
         finally:
             if executor is None and pool is not None:
-                _stop_pool(pool, stop, tmp, kill=True)
+                stop_pool(pool, stop, tmp, kill=True)
             elif executor is not None:
                 for fut in pending:
                     fut.cancel()
@@ -601,7 +601,7 @@ def _report(rows, args) -> None:
             print(f"{r['student']}\t{r['exercise']}\t{r.get('score', 0)}/{r.get('max_score', '?')}\t{mark}\t{r.get('reason', '')}")
 
 
-def build_parser(prog: str = "python -m vramlab.batch",
+def build_parser(prog: str = "python -m vramlab.grader.batch",
                  description: str = "并行评分多份提交（进程池 + 进度条 + 可续评的 journal）") -> ChineseArgumentParser:
     """The batch's options; `vramlab grade-class` (grader/slurm.py) adds its Slurm options to them."""
     parser = ChineseArgumentParser(prog=prog, description=description)
@@ -611,8 +611,8 @@ def build_parser(prog: str = "python -m vramlab.batch",
     parser.add_argument("--backend", choices=("sim", "cuda", "auto"), default="sim",
                         help="sim（默认，与 notebook 里的 check() 相同）、cuda，或 auto（有 GPU 就用 cuda）")
     parser.add_argument("--scale", choices=("ci", "gpu"), default=None, help="默认：cuda 用 gpu，sim 用 ci")
-    parser.add_argument("--timeout", type=_positive_seconds, default=None, help="每份提交的超时（秒，大于 0）")
-    parser.add_argument("--deadline", type=_positive_seconds, default=None,
+    parser.add_argument("--timeout", type=positive_seconds, default=None, help="每份提交的超时（秒，大于 0）")
+    parser.add_argument("--deadline", type=positive_seconds, default=None,
                         help="每份评分的总时限（秒，大于 0；含准备、起始代码和隐藏用例）。默认取环境变量 VRAMLAB_DEADLINE_S，"
                              "否则为每个用例的运行时限之和再加 300 秒余量；超过的记为这份提交超时（0 分），批量评分继续")
     parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半；已有的旧 CSV 先改名为 .prev）")
@@ -646,17 +646,17 @@ def _main(parser, args) -> int:
         return report_error(message, code, args.json)
 
     try:
-        workers = _positive_int(args.workers or os.environ.get("WORKERS", "2"))
+        workers = positive_int(args.workers or os.environ.get("WORKERS", "2"))
     except argparse.ArgumentTypeError as e:
         parser.error(f"{'--workers' if args.workers else '环境变量 WORKERS'} {e}")
-    from .grader import deadline as grading_deadline
+    from . import deadline as grading_deadline
 
     try:
         grading_deadline.from_env()
     except ValueError as e:
         return fail(f"{e}。还没有开始评分。", EXIT_USAGE)
     if args.exercise is not None:
-        from .exercises import EXERCISES
+        from ..exercises import EXERCISES
         if args.exercise not in EXERCISES:
             return fail(f"未知练习 {args.exercise!r}；可选：{'、'.join(EXERCISES)}", EXIT_USAGE)
     paths = args.paths or sorted(glob.glob(os.path.join("nbgrader", "submitted", "*", "*", "*.ipynb")))
@@ -667,11 +667,11 @@ def _main(parser, args) -> int:
         reason = dest and check_destination(dest)
         if reason:
             return fail(f"{reason}。还没有开始评分；请换一个 --csv / --journal 路径。", EXIT_USAGE)
-    from .grader import policy, sandbox
+    from . import policy, sandbox
 
     if not args.no_sandbox and policy.bwrap_path() is None:
         return fail(policy.NO_SANDBOX_REFUSAL, EXIT_GRADER)
-    from .grader import cgroup
+    from . import cgroup
     if args.no_cgroup:
         os.environ["VRAMLAB_CGROUP"] = "optional"          # the graders this batch starts inherit it
     elif not args.no_sandbox and cgroup.available() is None:

@@ -385,7 +385,7 @@ def memory_lines(view: dict | None, top_n: int = 8) -> list[str]:
         for (category, op, where), sizes in groups.items():
             size = amount(sizes[0], unit) if len(set(sizes)) == 1 else f"{amount(min(sizes), unit)}–{amount(max(sizes), unit)}"
             count = f" × {len(sizes)}" if len(sizes) > 1 else ""
-            cat = CATEGORY_ZH.get(category, category)
+            cat = CATEGORY_ZH.get(category, category).split("（")[0]      # the op beside it says the rest
             lines.append(f"    {pad(size + count, 16, True)}  {pad(cat, 10)}{op_zh(op, category)}，{place_zh(where)}")
     lines += step_lines(view)
     return lines

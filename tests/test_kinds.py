@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import types
+from pathlib import Path
 
 import pytest
 
@@ -544,3 +545,53 @@ def test_blocks_bytes_every_other_block_about_half(starter_probe):
                                 ("every_other", WRAP.format(blocks="list(model.transformer.h)[::2]")),
                                 ("accumulation", ACCUMULATE)]}
     assert share["all"] < 0.1 and 0.4 < share["every_other"] < 0.55 and share["accumulation"] > 0.95, share
+
+
+# ---- a kind is a whole plugin (issue 31) ---------------------------------------------------------------
+def _kind_switches(text: str) -> list[int]:
+    """Lines where code compares something with a kind's name, or keeps kind names in a *KIND* table."""
+    import ast
+
+    from vramlab.grader.kinds import KINDS
+
+    def names(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in KINDS
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names(e) for e in node.elts)
+        return False
+
+    hits = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare) and (names(node.left) or any(names(c) for c in node.comparators)):
+            hits.append(node.lineno)
+        elif (isinstance(node, ast.Assign) and any("KIND" in getattr(t, "id", "") for t in node.targets)
+              and names(node.value)):
+            hits.append(node.lineno)
+    return sorted(hits)
+
+
+def test_the_switch_detector_finds_kind_switches():
+    assert _kind_switches('if spec.kind == "max_batch":\n    pass\nx = k in ("train_step", "finetune")\n'
+                          'NO_MEMORY_KINDS = ("estimate", "monitor")\n') == [1, 3, 4]
+    assert _kind_switches('kind = "train_step"\nf(kind="call")\n') == []
+
+
+def test_no_kind_name_is_tested_outside_kinds():
+    """Everything kind-specific lives in vramlab/grader/kinds/ (TRAITS holds what other code needs):
+    adding a kind never means editing the notebook builder, the report, the feedback or the site hook."""
+    root = Path(__file__).resolve().parents[1]
+    files = [p for p in (root / "vramlab").rglob("*.py") if "kinds" not in p.relative_to(root / "vramlab").parts]
+    files += list((root / "docs" / "hooks").glob("*.py"))
+    found = {str(p.relative_to(root)): hits for p in files if (hits := _kind_switches(p.read_text(encoding="utf-8")))}
+    assert not found, f"kind names compared outside vramlab/grader/kinds/: {found}"
+
+
+def test_every_kind_declares_its_traits():
+    from vramlab.grader.kinds import KINDS, traits
+    from vramlab.grader.kinds.common import Traits
+
+    assert all(isinstance(k.TRAITS, Traits) for k in KINDS.values())
+    assert traits("no-such-kind") == Traits()
+    assert traits("finetune").call_name(1) == "prepare_model" and traits("finetune").call_name(3) == "第 2 步"
+    assert traits("train_epoch").oom_where({"optimizer_steps": 2, "call": 1}) == "epoch 的第 3 步"

@@ -71,15 +71,12 @@ def __getattr__(name):         # nbgrader is imported only by the nbgrader proce
 # --------------------------------------------------------------------------------------------------
 # Building the source notebook from a spec
 # --------------------------------------------------------------------------------------------------
-def _scale_zh(scale, kind: str = "train_step") -> str:
+def _scale_zh(scale, kind: str) -> str:
+    from .grader.kinds import traits
     from .grader.kinds.common import explicit
 
-    if kind == "max_batch":
-        text = f"模型 `{scale.model}`，序列长度 {scale.seq}"
-    elif kind == "call":
-        text = f"batch {scale.batch}，序列长度 {scale.seq}"
-    else:
-        text = f"模型 `{scale.model}`，batch {scale.batch}，序列长度 {scale.seq}，{scale.steps} 步（前 {scale.warmup} 步预热，不计峰值）"
+    text = traits(kind).scale_zh.format(model=scale.model, batch=scale.batch, seq=scale.seq, steps=scale.steps,
+                                        warmup=scale.warmup)
     shown = {k: v for k, v in explicit(scale.settings).items() if k not in _GRADER_ONLY}
     if shown:
         text += "，其他设置 " + "、".join(f"`{k}={v!r}`" for k, v in sorted(shown.items()))
@@ -92,28 +89,9 @@ _GRADER_ONLY = {"cases", "visible", "case", "lengths", "allow_host", "cublas_wor
 
 
 def _how_graded(spec) -> list[str]:
-    if spec.kind in ("estimate", "monitor"):
-        return [
-            "1. 从上到下运行所有单元格。起始代码能运行，但" + ("算出的字节数" if spec.kind == "estimate" else "量出的峰值")
-            + "不对：直接修改下面的函数。",
-            f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里运行你的函数，"
-            "把结果与评分器在模拟设备上的实测值逐个比较。",
-            "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
-        ]
-    if spec.kind == "max_batch":
-        return [
-            "1. 从上到下运行所有单元格。起始代码直接返回 1：一定放得下，但不是最大的。直接修改下面的函数。",
-            f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里建好模型、"
-            "把设备缩成一块虚拟显卡，再运行你的函数，并亲自复查答案。",
-            "3. 虚拟显卡的大小在同一次评分里、同一后端上确定，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
-        ]
-    return [
-        "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
-        f"2. 最后一个单元格调用 `vramlab.check(\"{spec.id}\")`：它在一个**独立的子进程**里，用同样的模型、"
-        "同样的数据，先跑起始代码、再跑你的函数，测两者的峰值显存并比较结果。",
-        "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
-        "在 CPU 上的模拟设备上都成立。",
-    ]
+    from .grader.kinds import traits
+
+    return [line.format(id=spec.id) for line in traits(spec.kind).how_graded_zh]
 
 
 def intro_markdown(spec) -> str:
@@ -163,13 +141,11 @@ def setup_source(spec) -> str:
     ])
 
 
-_STARTER_PROBLEM = {"max_batch": "直接返回 1：一定放得下，但不是最大的", "estimate": "能运行，但算出的字节数不对",
-                    "monitor": "能运行，但量出的峰值不对"}
-
-
 def answer_source(spec) -> str:
+    from .grader.kinds import traits
+
     return "\n".join([
-        f"# 起始代码：{_STARTER_PROBLEM.get(spec.kind, '结果正确，但峰值显存超过目标')}。"
+        f"# 起始代码：{traits(spec.kind).starter_problem_zh}。"
         f"修改 `{spec.function}`，保持函数名和参数不变。",
         spec.starter.strip(),
         "",

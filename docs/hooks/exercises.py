@@ -14,14 +14,14 @@ from mkdocs.exceptions import PluginError
 
 _MARKER = re.compile(r"<!--\s*vramlab:exercise\s+([\w-]+)\s*-->")
 _TABLE = re.compile(r"<!--\s*vramlab:exercise-table\s*-->")
-_JUDGED_ZH = {"estimate": "估算误差", "monitor": "测量误差", "max_batch": "答案与试探次数",
-              "reserved_gap": "reserved − allocated"}
+_METRIC_ZH = {"reserved_gap": "reserved − allocated"}       # a memory exercise judged on another metric
 _STAGE_ZH = {"1": "基础篇", "2": "进阶篇", "3": "高级篇"}
 
 
 def exercise_table(src_uri: str) -> str:
     """Markdown table of all exercises; chapter links are relative to the page's source file."""
     from vramlab.exercises import EXERCISES
+    from vramlab.grader.kinds import traits
 
     up = "../" * src_uri.count("/")
     from vramlab.evidence import committed, exercise_figures
@@ -29,7 +29,10 @@ def exercise_table(src_uri: str) -> str:
     reports = committed()
     rows = ["| 编号 | 章节 | 练习 | 评什么 | 模拟设备上参考答案的比值 | GPU 上 |", "|---|---|---|---|---|---|"]
     for spec in EXERCISES.values():
-        judged = _JUDGED_ZH.get(spec.kind) or _JUDGED_ZH.get(spec.metric, "峰值显存")
+        kind_traits = traits(spec.kind)
+        judged = kind_traits.judged_zh
+        if kind_traits.report == "ratio":
+            judged = _METRIC_ZH.get(spec.metric, judged)
         ranks = spec.ci.settings.world_size
         where = f"（{ranks} 个进程）" if ranks > 1 else ""
         stage = re.fullmatch(r"stage(\d)-challenge", spec.id)      # a stage's challenge has its own page

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..grader.kinds import finetune, get_kind, technique
+from ..grader.kinds import finetune, get_kind
 
 
 # $VRAMLAB_SOLUTIONS: another course folder's solutions/ (a grading node with a copy of the course)
@@ -125,9 +125,9 @@ class ExerciseSpec:
 
     def __post_init__(self):
         kind = get_kind(self.kind)          # an unknown kind fails when the spec is built
-        if self.technique and (self.kind != "train_step" or self.technique not in technique.CHECKS):
-            raise ValueError(f"{self.id}: technique {self.technique!r} needs kind train_step and one of "
-                             f"{sorted(technique.CHECKS)}")
+        if self.technique and self.technique not in kind.TRAITS.techniques:
+            raise ValueError(f"{self.id}: technique {self.technique!r} is not one kind {self.kind!r} observes "
+                             f"({sorted(kind.TRAITS.techniques)})")
         for name in ("ci", "gpu"):
             scale = getattr(self, name)
             if scale.settings is None:

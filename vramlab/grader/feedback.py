@@ -23,6 +23,7 @@ import re
 
 from .. import vocab
 from ..display import width
+from .kinds import traits
 from ..units import fmt_bytes
 from .kinds.common import INT, STR, dict_of, list_of, optional, pair, record
 
@@ -49,10 +50,6 @@ MEMORY = record(events=INT, points=list_of(pair(INT, INT), 400), calls=list_of(_
                 steps=list_of(pair(INT, INT), 200), ooms=list_of(pair(INT, INT), 32), peak=INT,
                 peak_call=optional(INT), peak_label=STR, breakdown=dict_of(INT, 16), top=list_of(TOP, 8),
                 capacity=INT, oom=optional(OOM))
-NO_MEMORY_KINDS = ("estimate", "monitor")       # their answer is a number, not a run to look at
-# ch13: the device's peak and its breakdown include the grader's own re-check after the learner's
-# search; only the timeline of the search (its overflows) is the learner's
-TIMELINE_ONLY_KINDS = ("max_batch",)
 
 
 def claim(payload) -> dict | None:
@@ -109,14 +106,15 @@ def run_view(mem: dict) -> dict:
 
 def memory_view(spec, scale: str, bp, sp) -> dict | None:
     """Both runs of one case for the report (None where neither run recorded anything)."""
-    if spec.kind in NO_MEMORY_KINDS:
+    kind = traits(spec.kind)
+    if not kind.memory_view:         # the answer is a number, not a run to look at
         return None
     starter, mine = claim(bp), claim(sp)
     if starter is None and mine is None:
         return None
     sc = getattr(spec, scale)
     card = any(getattr(sc.settings, k, None) for k in ("learner_budget_mib", "budget_mib"))
-    return {"kind": spec.kind, "warmup": int(sc.warmup) if spec.kind in ("train_step", "distill_step") else 0,
+    return {"kind": spec.kind, "warmup": int(sc.warmup) if kind.training_steps else 0,
             "card": bool(card), "unit": "bytes", "starter": run_view(starter) if starter else None, "mine": run_view(mine) if mine else None}
 
 
@@ -202,25 +200,13 @@ def op_zh(op: str, category: str = "") -> str:
 
 
 def call_zh(kind: str, k: int) -> str:
-    """The learner's k-th call (1-based), as the exercise calls it."""
-    if kind in ("train_step", "distill_step"):
-        return f"第 {k} 步"
-    if kind == "finetune":
-        return "prepare_model" if k == 1 else f"第 {k - 1} 步"
-    if kind == "train_epoch":
-        return "这个 epoch"
-    return f"第 {k} 次调用"
+    """The learner's k-th call (1-based), as the exercise calls it (the kind's Traits)."""
+    return traits(kind).call_name(k)
 
 
 def oom_where_zh(kind: str, oom: dict) -> str:
     """Which step overflowed: a call of train_step, or an optimizer step inside one call."""
-    if kind == "train_epoch":
-        return f"epoch 的第 {oom['optimizer_steps'] + 1} 步"
-    if kind == "max_batch":
-        return "搜索过程中（异常没有被接住）"
-    if kind in ("train_step", "distill_step", "finetune"):
-        return call_zh(kind, oom["call"])
-    return "你的函数里"
+    return traits(kind).oom_where(oom)
 
 
 def _oom_detail(view: dict, oom: dict, unit: str) -> str:
@@ -247,7 +233,7 @@ def oom_sentence(view: dict, kind: str) -> str | None:
     unit = view.get("unit", "bytes")
     where = oom_where_zh(kind, oom)
     done = len(mine.get("step_ends") or [])
-    before = f"（前面 {done} 步都放得下）" if kind in ("train_step", "distill_step") and done else ""
+    before = f"（前面 {done} 步都放得下）" if traits(kind).training_steps and done else ""
     if unit == "bytes":
         cap = oom["capacity"]
         free = max(cap - oom["allocated"], 0) if cap else None
@@ -307,7 +293,7 @@ def step_lines(view: dict) -> list[str]:
     lines = []
     runs = [(name, view.get(key)) for name, key in (("起始代码", "starter"), ("你的", "mine"))]
     multi = [(n, r) for n, r in runs if r and (len(r["step_ends"]) >= 2 or r.get("oom"))]
-    if not multi or kind not in ("train_step", "distill_step", "finetune"):
+    if not multi or not traits(kind).per_step_lines:
         return lines
     # the leak and OOM exercises (a card), or any run that grew or overflowed: elsewhere a flat line says nothing
     if not view.get("card") and not any(r.get("oom") or (growth(r, unit) or {}).get("leaks") for _, r in multi):
@@ -337,7 +323,7 @@ def memory_lines(view: dict | None, top_n: int = 8) -> list[str]:
     the largest live tensors of the learner's run there, and the per-step growth."""
     if not view:
         return []
-    if view.get("kind") in TIMELINE_ONLY_KINDS:
+    if traits(view.get("kind")).timeline_only:      # ch13: the peak includes the grader's re-check
         return []
     unit = view.get("unit", "bytes")
     base, mine = view.get("starter"), view.get("mine")
@@ -373,7 +359,8 @@ def memory_lines(view: dict | None, top_n: int = 8) -> list[str]:
                 op, loc = label.split(" @ ", 1)
                 where = f"：{op_zh(op)}，{place_zh(loc)}"
             calls = r.get("calls", 1)
-            at = call_zh(kind, r["peak"]["call"]) if calls > 1 else ("这个 epoch 里" if kind == "train_epoch" else "这次调用")
+            whole = "这个 epoch 里" if traits(kind).epoch else "这次调用"
+            at = call_zh(kind, r["peak"]["call"]) if calls > 1 else whole
             lines.append(f"  {name}峰值出现在{at}{where}")
     tops = (mine["oom"]["top"] if mine_at_oom else mine["top"]) if mine else []
     if tops and top_n:
@@ -447,12 +434,12 @@ def figure_svg(view: dict | None, title: str = "") -> str | None:
         out.append(f'<text x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#495057">{v:g}{suffix}</text>')
     for k in range(n + 1):                      # step boundaries
         out.append(f'<line x1="{X(k):.1f}" x2="{X(k):.1f}" y1="{MT}" y2="{MT + ph}" stroke="#ced4da" stroke-dasharray="3,3"/>')
-    if n <= 12 or kind in ("train_step", "distill_step"):
+    if n <= 12 or traits(kind).training_steps:
         for k in range(n):
             label = call_zh(kind, k + 1) + ("（预热）" if k < warm else "")
             out.append(f'<text x="{(X(k) + X(k + 1)) / 2:.1f}" y="{MT + ph + 18}" text-anchor="middle" fill="#495057">'
                        f'{html.escape(label)}</text>')
-    if kind == "train_epoch":
+    if traits(kind).epoch:
         for name, r in runs:
             for x, _ in r["optimizer_steps"][:60]:
                 out.append(f'<line x1="{X(x):.1f}" x2="{X(x):.1f}" y1="{MT + ph}" y2="{MT + ph + 5}" stroke="{COLOURS[name]}"/>')
@@ -474,7 +461,7 @@ def figure_svg(view: dict | None, title: str = "") -> str | None:
         del finished
     labels = []
     for name, r in runs:                        # peaks
-        p = r.get("peak") if kind not in TIMELINE_ONLY_KINDS else None
+        p = r.get("peak") if not traits(kind).timeline_only else None
         if p and not (name == "mine" and r.get("oom")):
             who = "起始代码峰值" if name == "starter" else "你的峰值"
             labels.append((X(p["x"]), Y(p["bytes"]), f"{who} {amount(p['bytes'], unit)}", COLOURS[name]))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..units import fmt_bytes
 from .feedback import choose_hint, figure_svg, memory_lines
+from .kinds import traits
 
 
 def memory_of(r: dict) -> tuple[dict | None, bool]:
@@ -29,12 +30,13 @@ def format_result(r: dict, figure_path: str | None = None) -> str:
                  f"（{'模拟设备' if r.get('backend') == 'sim' else 'CUDA'}，规模 {r.get('scale')}）")
     if r.get("hidden_failed"):      # the figures below are the visible case's, which passed
         lines.append(f"  （下面几行是你看到的配置的结果，它通过了；没通过的是隐藏配置 {r['hidden_failed']}，见“说明”）")
-    if r.get("kind") in ("estimate", "monitor"):      # ratio = worst relative error over the cases
+    headline = traits(r.get("kind")).report
+    if headline == "error":      # ratio = worst relative error over the cases
         if r.get("ratio") is not None:
             lines.append(f"  误差最大的用例     你的结果 {fmt_bytes(r['peak_bytes'])}，实测 {fmt_bytes(r['baseline_peak_bytes'])}")
         lines.append(f"  最大相对误差       {'-' if r.get('ratio') is None else format(r['ratio'], '.2%')}"
                      f"（允许 ≤ {r['target_ratio']:.0%}）")
-    elif r.get("kind") == "max_batch":
+    elif headline == "answer":
         if r.get("answer") is not None:
             lines.append(f"  你的答案           batch = {r['answer']}（复查{'通过' if r.get('correct') else '未通过'}）")
             lines.append(f"  试探次数           {r['trials']} 次（允许 ≤ {r['allowed_trials']} 次）")

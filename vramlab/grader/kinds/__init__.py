@@ -8,7 +8,9 @@ Every kind module exports the same contract:
 - `scenario(h)`: child side, trusted set-up before the learner's code loads; returns `run(fn)`;
 - `judge(spec, result, bp, sp)`: parent side; `bp` is the trusted starter's payload, `sp` the
   learner's (a claim: validated, never the source of a truth);
-- `criteria_zh(spec)`: the pass criteria the learner reads (Chinese Markdown bullets).
+- `criteria_zh(spec)`: the pass criteria the learner reads (Chinese Markdown bullets);
+- `TRAITS`: a `common.Traits`: the kind's words and habits that the notebook, the exercise page, the
+  report and the feedback need (they never compare a kind's name).
 Adding a kind = one module + one line in KINDS.
 """
 from __future__ import annotations
@@ -26,7 +28,8 @@ KINDS = {
     "distill_step": distill_step,
     "finetune": finetune,
 }
-CONTRACT = ("Settings", "PERMISSIONS", "permissions", "OBSERVED", "observed", "scenario", "judge", "criteria_zh")
+CONTRACT = ("Settings", "PERMISSIONS", "permissions", "OBSERVED", "observed", "scenario", "judge", "criteria_zh",
+            "TRAITS")
 
 
 def get_kind(name: str):
@@ -34,6 +37,14 @@ def get_kind(name: str):
         return KINDS[name]
     except KeyError:
         raise KeyError(f"unknown exercise kind {name!r}; known: {', '.join(KINDS)}") from None
+
+
+def traits(name: str | None):
+    """The kind's Traits; the defaults for a name no kind has (a malformed or foreign result)."""
+    from .common import Traits
+
+    kind = KINDS.get(name or "")
+    return kind.TRAITS if kind is not None else Traits()
 
 
 def settings_from(name: str, data: dict):

@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 from ...units import fmt_bytes
-from .common import (INT, METRIC_ZH, NUM, BaselineBroken, CommonSettings, WrongAnswer, fail, host_randn, list_of,
+from .common import (Traits, INT, METRIC_ZH, NUM, BaselineBroken, CommonSettings, WrongAnswer, fail, host_randn, list_of,
                      malformed, measured, memory_lines, nbytes, observed_unless_host, optional, passed, ranks_lines,
                      rel, settings_class, with_host)
 
@@ -50,6 +50,7 @@ class Settings(CommonSettings):
             raise ValueError(f"call.Settings: case {self.case!r} does not read {stray}")
 
 
+TRAITS = Traits(scale_zh="batch {batch}，序列长度 {seq}")
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

@@ -114,6 +114,56 @@ def observed_unless_host(settings) -> bool:
 
 
 # ---- child side -----------------------------------------------------------------------------------
+# ---- what the code outside kinds/ needs to know about a kind ------------------------------------
+HOW_GRADED_ZH = (
+    "1. 从上到下运行所有单元格。起始代码本身能运行、结果正确，只是显存超标：直接修改下面的函数。",
+    "2. 最后一个单元格调用 `vramlab.check(\"{id}\")`：它在一个**独立的子进程**里，用同样的模型、"
+    "同样的数据，先跑起始代码、再跑你的函数，测两者的峰值显存并比较结果。",
+    "3. 目标是与起始代码的**比例**，两者在同一次运行、同一后端上测得，所以在任何 GPU 上、"
+    "在 CPU 上的模拟设备上都成立。",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Traits:
+    """A kind's words and habits, declared by the kind (`TRAITS` in its module) so that the
+    notebook, the page, the report and the feedback never test a kind's name
+    (tests/test_kinds.py fails on a kind name compared anywhere outside kinds/).
+
+    Learner-facing text is Chinese; `{k}`, `{id}` and the scale's fields are filled in by the caller."""
+    judged_zh: str = "峰值显存"                             # the exercise table's "what is judged"
+    starter_problem_zh: str = "结果正确，但峰值显存超过目标"    # the answer cell's first comment
+    how_graded_zh: tuple[str, ...] = HOW_GRADED_ZH           # the notebook's "怎么评分" (with {id})
+    scale_zh: str = "模型 `{model}`，batch {batch}，序列长度 {seq}，{steps} 步（前 {warmup} 步预热，不计峰值）"
+    call_zh: str = "第 {k} 次调用"                           # the learner's k-th call (1-based)
+    first_call_zh: str | None = None                        # the first call's own name (finetune: prepare_model)
+    training_steps: bool = False     # each call is a training step after a warm-up: feedback counts steps
+    per_step_lines: bool = False     # feedback prints allocated after each call (leak and OOM evidence)
+    epoch: bool = False              # one call is an epoch with optimizer steps inside
+    oom_where_zh: str | None = None  # where an overflow is reported when it is not in a call or an epoch step
+    memory_view: bool = True         # feedback shows where memory went (False: the answer is a number)
+    timeline_only: bool = False      # only the timeline is the learner's (the peak includes the grader's re-check)
+    report: str = "ratio"            # the report's headline: "ratio", "error" (worst relative error), "answer"
+    fresh_case_seed: bool = False    # hidden case values drawn anew for every grading (a copied number is useless)
+    techniques: tuple[str, ...] = ()     # technique checks a spec of this kind may ask for
+
+    def call_name(self, k: int) -> str:
+        """The learner's k-th call (1-based), as this kind's exercise calls it."""
+        if self.first_call_zh is not None:
+            return self.first_call_zh if k == 1 else self.call_zh.format(k=k - 1)
+        return self.call_zh.format(k=k)
+
+    def oom_where(self, oom: dict) -> str:
+        """Where an overflow happened: an optimizer step of the epoch, a call, or the function."""
+        if self.epoch:
+            return f"epoch 的第 {oom['optimizer_steps'] + 1} 步"
+        if self.oom_where_zh is not None:
+            return self.oom_where_zh
+        if self.per_step_lines:
+            return self.call_name(oom["call"])
+        return "你的函数里"
+
+
 class WrongAnswer(ValueError):
     """What the learner's function returned is not an answer to the question (wrong type, shape,
     place, or side effect): graded "incorrect", with this message."""

@@ -5,7 +5,7 @@ is the job's model, trained by the grader's AdamW; the teacher, a bigger frozen 
 from __future__ import annotations
 
 from . import training
-from .common import WrongAnswer, nbytes, observed_unless_host, settings_class, with_host
+from .common import Traits, WrongAnswer, nbytes, observed_unless_host, settings_class, with_host
 
 
 @settings_class
@@ -13,6 +13,7 @@ class Settings(training.TrainingSettings):
     teacher_config: dict           # overrides of the preset's config for the teacher
 
 
+TRAITS = Traits(call_zh="第 {k} 步", training_steps=True, per_step_lines=True)
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ...units import fmt_bytes
-from .common import (INT, NUM, STR, CommonSettings, WrongAnswer, fail, list_of, malformed, nbytes, observed_unless_host,
+from .common import (Traits, INT, NUM, STR, CommonSettings, WrongAnswer, fail, list_of, malformed, nbytes, observed_unless_host,
                      optional, passed, ranks_lines, scale_settings, settings_class, with_host)
 
 PEFT_METHODS = {     # method -> (peft config class name, use_dora, what the learner reads: no API name)
@@ -48,6 +48,7 @@ class Settings(CommonSettings):
             raise ValueError(f"finetune.Settings.cover: unknown {self.cover!r}; known: {sorted(COVER_ZH)}")
 
 
+TRAITS = Traits(call_zh="第 {k} 步", first_call_zh="prepare_model", per_step_lines=True)
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from ...units import fmt_bytes
-from .common import (BOOL, INT, NUM, STR, CommonSettings, WrongAnswer, fail, list_of, malformed, memory_lines,
+from .common import (Traits, BOOL, INT, NUM, STR, CommonSettings, WrongAnswer, fail, list_of, malformed, memory_lines,
                      host_meter, observed_unless_host, optional, passed, ranks_lines, rel, scale_settings, settings_class,
                      with_host)
 
@@ -26,6 +26,7 @@ class Settings(CommonSettings):
     max_host_multiple: float | None = None   # host memory held at once <= this x the final model's bytes (None: not judged)
 
 
+TRAITS = Traits()
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .common import (BOOL, INT, BaselineBroken, CommonSettings, WrongAnswer, fail, list_of, malformed,
+from .common import (Traits, BOOL, INT, BaselineBroken, CommonSettings, WrongAnswer, fail, list_of, malformed,
                      pair, passed, settings_class, with_host)
 
 
@@ -29,6 +29,15 @@ class Settings(CommonSettings):
     max_batch_allowed: int         # make_batch refuses larger batches
 
 
+TRAITS = Traits(
+    judged_zh="答案与试探次数", starter_problem_zh="直接返回 1：一定放得下，但不是最大的", report="answer", timeline_only=True,
+    scale_zh="模型 `{model}`，序列长度 {seq}", oom_where_zh="搜索过程中（异常没有被接住）",
+    how_graded_zh=(
+        "1. 从上到下运行所有单元格。起始代码直接返回 1：一定放得下，但不是最大的。直接修改下面的函数。",
+        "2. 最后一个单元格调用 `vramlab.check(\"{id}\")`：它在一个**独立的子进程**里建好模型、"
+        "把设备缩成一块虚拟显卡，再运行你的函数，并亲自复查答案。",
+        "3. 虚拟显卡的大小在同一次评分里、同一后端上确定，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
+    ))
 PERMISSIONS: frozenset[str] = frozenset({"empty_cache"})     # part of the OOM clean-up the chapter teaches
 # A trial that does not fit has already allocated its tensor in host RAM when the simulated card
 # refuses it: the process's memory grows with the largest batch tried, not with the device peak.

@@ -4,7 +4,7 @@ dataset that lives in HOST memory (ch04). The peak covers the whole epoch; judge
 from __future__ import annotations
 
 from . import training
-from .common import observed_unless_host, settings_class, with_host
+from .common import Traits, observed_unless_host, settings_class, with_host
 
 
 @settings_class
@@ -14,6 +14,7 @@ class Settings(training.TrainingSettings):
                                               # (stage1-challenge); the trusted starter runs without it
 
 
+TRAITS = Traits(call_zh="这个 epoch", epoch=True)
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

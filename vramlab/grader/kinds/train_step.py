@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 
 from . import technique, training
-from .common import fail, host_meter, malformed, observed_unless_host, settings_class, with_host
+from .common import Traits, fail, host_meter, malformed, observed_unless_host, settings_class, with_host
 
 
 @settings_class
@@ -18,6 +18,7 @@ class Settings(training.TrainingSettings):
                                               # the trusted starter runs without it (it need not fit)
 
 
+TRAITS = Traits(call_zh="第 {k} 步", training_steps=True, per_step_lines=True, techniques=tuple(technique.CHECKS))
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = True
 

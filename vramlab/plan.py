@@ -66,7 +66,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from .estimate import (PHASE_ZH, Estimate, activation_bytes, estimate, linear_shapes, lora_params, matmul_weight_params,
-                       param_count)
+                       param_count, KEYS)
 from . import vocab
 from .display import pad
 from .models import Preset, get_preset
@@ -85,8 +85,7 @@ PARETO_STEP = 0.02
 # peak a micro-batch size or a checkpointing choice moves memory more than it does. LoRA's
 # adapters are ~0.1-1% of the weights, so 8-bit AdamW saves megabytes there and is never offered.
 EIGHT_BIT_MIN_SHARE = 0.05
-CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activations", "logits_and_loss",
-                            "temporaries", "cuda_overhead"))
+CATEGORY_ZH = vocab.labels(KEYS)      # the estimator's breakdown
 
 METHOD_ZH = {"full": "全参数微调", "lora": "LoRA", "qlora": "QLoRA"}
 PRECISION_ZH = {"fp32": "FP32", "bf16-mixed": "BF16 混合精度（FP32 权重 + autocast）", "bf16": "纯 BF16 权重",

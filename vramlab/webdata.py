@@ -31,8 +31,7 @@ CARDS_GB = (24, 40, 80, 141)
 # card's size is marked "tight".
 CONTEXT_RESERVE_BYTES = 700 * E.MiB
 
-CATEGORY_ZH = vocab.labels(("parameters", "gradients", "optimizer_state", "activations", "logits_and_loss",
-                            "temporaries", "cuda_overhead"))
+CATEGORY_ZH = vocab.labels(E.KEYS)      # the estimator's breakdown
 
 
 def _preset(p) -> dict:

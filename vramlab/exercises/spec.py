@@ -19,13 +19,13 @@ from ..grader.kinds import finetune, get_kind
 SOLUTIONS_DIR = Path(os.environ.get("VRAMLAB_SOLUTIONS") or Path(__file__).resolve().parents[2] / "solutions")
 
 
-def solution_path(exercise_id: str) -> Path:
+def solution_file(exercise_id: str) -> Path:
     return SOLUTIONS_DIR / exercise_id / "solution.py"
 
 
 def solution_source(exercise_id: str) -> str:
     """The reference solution's source; a Chinese FileNotFoundError where this copy has none."""
-    path = solution_path(exercise_id)
+    path = solution_file(exercise_id)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

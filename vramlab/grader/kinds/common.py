@@ -124,6 +124,17 @@ HOW_GRADED_ZH = (
 )
 
 
+def how_graded_against_measurement_zh(starter_problem_zh: str) -> tuple[str, ...]:
+    """The notebook's "怎么评分" for a kind whose answer is a number compared with the grader's own
+    measurement (estimate, monitor)."""
+    return (
+        f"1. 从上到下运行所有单元格。起始代码{starter_problem_zh}：直接修改下面的函数。",
+        "2. 最后一个单元格调用 `vramlab.check(\"{id}\")`：它在一个**独立的子进程**里运行你的函数，"
+        "把结果与评分器在模拟设备上的实测值逐个比较。",
+        "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Traits:
     """A kind's words and habits, declared by the kind (`TRAITS` in its module) so that the

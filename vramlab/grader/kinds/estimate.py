@@ -7,7 +7,7 @@ tensors on this one. Every estimate must be within target_ratio (relative) of th
 """
 from __future__ import annotations
 
-from .common import (Traits, NUM, BaselineBroken, CommonSettings, fail, list_of, malformed, passed, scale_settings,
+from .common import (Traits, how_graded_against_measurement_zh, NUM, BaselineBroken, CommonSettings, fail, list_of, malformed, passed, scale_settings,
                      settings_class, worst_case)
 
 
@@ -17,14 +17,9 @@ class Settings(CommonSettings):
     visible: int = 0                                # the first `visible` cases are public: failures show the truth
 
 
-TRAITS = Traits(
-    judged_zh="估算误差", starter_problem_zh="能运行，但算出的字节数不对", memory_view=False, report="error",
-    how_graded_zh=(
-        "1. 从上到下运行所有单元格。起始代码能运行，但算出的字节数不对：直接修改下面的函数。",
-        "2. 最后一个单元格调用 `vramlab.check(\"{id}\")`：它在一个**独立的子进程**里运行你的函数，"
-        "把结果与评分器在模拟设备上的实测值逐个比较。",
-        "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
-    ))
+_STARTER_PROBLEM_ZH = "能运行，但算出的字节数不对"
+TRAITS = Traits(judged_zh="估算误差", starter_problem_zh=_STARTER_PROBLEM_ZH, memory_view=False, report="error",
+                how_graded_zh=how_graded_against_measurement_zh(_STARTER_PROBLEM_ZH))
 PERMISSIONS: frozenset[str] = frozenset()
 OBSERVED = False           # no memory work: nothing for the parent's RSS cross-check to compare
 

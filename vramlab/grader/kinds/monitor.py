@@ -9,7 +9,7 @@ judge compares the learner's answers with the truths of the TRUSTED child.
 from __future__ import annotations
 
 from ...units import fmt_bytes
-from .common import (Traits, INT, NUM, STR, BaselineBroken, CommonSettings, fail, list_of, malformed, observed_unless_host,
+from .common import (Traits, how_graded_against_measurement_zh, INT, NUM, STR, BaselineBroken, CommonSettings, fail, list_of, malformed, observed_unless_host,
                      passed, record, settings_class, with_host, worst_case)
 
 
@@ -18,15 +18,9 @@ class Settings(CommonSettings):
     pass
 
 
-TRAITS = Traits(
-    judged_zh="测量误差", starter_problem_zh="能运行，但量出的峰值不对", memory_view=False, report="error",
-    fresh_case_seed=True,
-    how_graded_zh=(
-        "1. 从上到下运行所有单元格。起始代码能运行，但量出的峰值不对：直接修改下面的函数。",
-        "2. 最后一个单元格调用 `vramlab.check(\"{id}\")`：它在一个**独立的子进程**里运行你的函数，"
-        "把结果与评分器在模拟设备上的实测值逐个比较。",
-        "3. 实测值与你的结果在同一次评分里、同一后端上得到，所以在任何 GPU 上、在 CPU 上的模拟设备上都成立。",
-    ))
+_STARTER_PROBLEM_ZH = "能运行，但量出的峰值不对"
+TRAITS = Traits(judged_zh="测量误差", starter_problem_zh=_STARTER_PROBLEM_ZH, memory_view=False, report="error",
+                fresh_case_seed=True, how_graded_zh=how_graded_against_measurement_zh(_STARTER_PROBLEM_ZH))
 PERMISSIONS: frozenset[str] = frozenset({"reset_peak"})     # measure_peak resets the peak: that is the lesson
 OBSERVED = True
 

@@ -166,6 +166,51 @@ def test_cgroup_charges_memory_the_resident_set_misses(name):
     print(f"{name}: cgroup peak {peak / MiB:.1f} MiB, VmHWM growth {(hwm - rss0) / MiB:.1f} MiB")
 
 
+SETUP_THEN_HIDE = """
+import os, sys
+HIDE = %d
+sys.stdout.write('started\\n'); sys.stdout.flush(); sys.stdin.readline()
+setup = bytearray(3 * HIDE); setup[::4096] = b'x' * len(setup[::4096]); del setup    # before ready: freed
+sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()
+fd = os.memfd_create('hidden')
+for i in range(0, HIDE, 1 << 20): os.write(fd, b'x' * (1 << 20))
+sys.stdout.write('done\\n'); sys.stdout.flush(); sys.stdin.readline()
+""" % HIDE
+
+
+@pytest.mark.skipif(cgroup.available() is None, reason=f"不能创建内存 cgroup：{cgroup.why_not()}")
+def test_a_rank_moved_in_at_started_is_charged_for_its_learner_phase_only():
+    """The parent moves a rank into its group at `started` (while it builds, cgroup.py) and resets
+    the group's peak at `ready`: the reading is the memory the learner's phase added (here 64 MiB
+    in a memfd), not the 192 MiB the rank touched and freed before `ready`."""
+    from vramlab.grader import observer
+
+    proc = subprocess.Popen([sys.executable, "-c", SETUP_THEN_HIDE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    group = cgroup.RankGroup(cgroup.available(), 8 * HIDE)
+    obs = observer.RankObservation()
+
+    def step(word: str) -> None:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == word + "\n", proc.poll()
+    try:
+        assert group.resettable and proc.stdout.readline() == "started\n"
+        observer.at_start(obs, os.getpid(), proc.pid, group)
+        assert obs.in_group and group.procs() == [proc.pid]
+        step("ready")
+        assert observer.at_ready(obs, os.getpid(), proc.pid, 0, group)
+        assert obs.in_group, "at ready the group's peak was reset, the rank not moved again"
+        step("done")
+        assert observer.at_done(obs, os.getpid(), set(), group)
+    finally:
+        proc.kill()
+        proc.wait()
+        assert group.remove()
+    assert 0.9 * HIDE <= obs.cgroup_peak <= 1.5 * HIDE, f"{obs.cgroup_peak / MiB:.1f} MiB for {HIDE / MiB:.0f}"
+    assert obs.cgroup_base > 0
+
+
 def _shmem() -> int:
     with open("/proc/meminfo") as f:
         for line in f:

@@ -220,3 +220,38 @@ def test_build_training_rejects_multi_gpu_in_one_process():
     from vramlab.workload import WorkloadError
     with SimDevice() as dev, pytest.raises(WorkloadError):
         build_training(Workload(model="tiny", zero=2, gpus=4), dev)
+
+
+def test_device_memory_has_no_host_view_as_on_cuda():
+    """Every zero-copy host view of a device tensor raises CUDA's TypeError on the simulated device
+    (on a GPU numpy() raises and a DLPack capsule points at memory no host library can read), also
+    inside saved-tensor hooks, which run inside an op where a function mode is off; a host copy
+    has them, and leaving the device restores torch's own methods."""
+    import numpy as np
+    import torch.utils.dlpack
+
+    before = {n: getattr(torch.Tensor, n) for n in ("numpy", "__array__", "__dlpack__")}
+    routes = {
+        "numpy": lambda t: t.numpy(), "view": lambda t: t[1:].numpy(), "np.asarray": np.asarray,
+        "np.array": np.array, "np.from_dlpack": np.from_dlpack, "__dlpack__": lambda t: t.__dlpack__(),
+        "utils.dlpack.to_dlpack": lambda t: torch.utils.dlpack.to_dlpack(t), "torch.to_dlpack": lambda t: torch.to_dlpack(t),
+    }
+    with SimDevice() as dev:
+        t = torch.ones(64, device=dev.torch_device, requires_grad=True)
+        for name, route in routes.items():
+            with pytest.raises(TypeError, match="can't convert cuda"):
+                route(t.detach())
+            route(dev.to_host(t.detach()))                    # a host copy: allowed
+        refused = []
+
+        def pack(x):
+            try:
+                x.numpy()
+            except TypeError:
+                refused.append(True)
+            return x
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            (t * t).sum()
+        assert refused and all(refused)
+    assert {n: getattr(torch.Tensor, n) for n in before} == before and "numpy" not in torch.Tensor.__dict__
+    assert torch.ones(3).numpy().sum() == 3

@@ -204,3 +204,25 @@ def test_a_parked_slot_that_changed_is_never_claimed(monkeypatch, tmp_path, tamp
                 slot.proc.wait(timeout=10)                            # killed, not left running
     finally:
         slot.close()
+
+
+@pytest.mark.slow
+def test_a_warm_grading_moves_its_rank_into_the_cgroup_while_it_builds(monkeypatch):
+    """The rank goes into its memory cgroup at `started` (cgroup.py: the move's grace period is
+    then spent while the rank builds its model, not while the parent waits to say `go`), and the
+    sweep after the grading leaves no process of the grading behind."""
+    from vramlab.grader import cgroup, sandbox
+    from vramlab.grader.core import make_job
+
+    if cgroup.available() is None or not slots.ENABLED:
+        pytest.skip(f"不能创建内存 cgroup：{cgroup.why_not()}")
+    seen = []
+    monkeypatch.setattr(sandbox, "merge_ranks", lambda run, payloads, _merge=sandbox.merge_ranks:
+                        (seen.append(run), _merge(run, payloads))[1])
+    spec = get_exercise("ch01-estimate")
+    run = sandbox.run_job(make_job(spec, "ci", "sim"), spec.solution, 60, 4 << 30)
+    assert run.payload and run.payload.get("ok"), run.stderr_tail
+    obs = seen[-1].observations[0]
+    assert obs.in_group and obs.cgroup_peak is not None and obs.cgroup_base > 0
+    assert not [p for group in slots._idle.values() for s in group
+                for p in observer.descendants(s.proc.pid, living=True) if p not in s.own_pids]

@@ -14,6 +14,12 @@ Charges made before the move stay with the worker's group (v1 `move_charge_at_im
 v2 never moves charges), so the group's peak is the memory the learner's phase added, whatever
 kind of memory it was. The group's process list is the census: the rank, and nothing else.
 
+Moving a process costs the kernel an RCU grace period (~8 ms here: cgroup.procs takes the global
+threadgroup lock), paid while the parent waits to say `go`. Where the group's peak can be reset
+(v1 always; v2 from Linux 6.12), the parent moves the rank as soon as it says `started`, while it
+still builds its model, and at `ready` resets the peak and reads the usage: the learner's phase
+added  peak - usage_at_ready , the same figure without the wait.
+
 Where the groups can be made:
 - v1 (these machines): a child of the grader's own memory group; root can write there.
 - v2: a delegated subtree (systemd: `systemd-run --user --scope -p Delegate=yes ...`). The grader's
@@ -49,6 +55,10 @@ class Hierarchy:
     @property
     def limit_file(self) -> str:
         return "memory.limit_in_bytes" if self.version == 1 else "memory.max"
+
+    @property
+    def usage_file(self) -> str:
+        return "memory.usage_in_bytes" if self.version == 1 else "memory.current"
 
 
 def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, str, str]]:
@@ -199,23 +209,45 @@ class RankGroup:
     def existing(cls, hierarchy: Hierarchy, path: Path) -> "RankGroup":
         """A group made earlier (by a grader that was killed), to empty and remove."""
         group = cls.__new__(cls)
-        group.h, group.path = hierarchy, path
+        group.h, group.path, group._peak_fd, group.resettable = hierarchy, path, None, False
         return group
 
     def __init__(self, hierarchy: Hierarchy, limit_bytes: int | None = None):
         self.h = hierarchy
         self.path = hierarchy.base / f"{PREFIX}{os.getpid()}-{next(_counter)}"
+        self._peak_fd: int | None = None
         self.path.mkdir()
         if limit_bytes:              # a hard cap for what rlimits cannot bound (pipes, tmpfs, page cache)
             try:
                 (self.path / hierarchy.limit_file).write_text(str(int(limit_bytes)))
             except OSError:
                 pass
+        self.resettable = self.reset_peak()
 
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
 
+    def reset_peak(self) -> bool:
+        """Restart the peak from the current usage; False where the kernel cannot. v1: write 0 to
+        memory.max_usage_in_bytes. v2 (Linux 6.12+): write to an open memory.peak, whose later
+        reads through that same descriptor give the peak since the write."""
+        try:
+            if self.h.version == 1:
+                (self.path / self.h.peak_file).write_text("0")
+                return True
+            if self._peak_fd is None:
+                self._peak_fd = os.open(self.path / self.h.peak_file, os.O_RDWR | os.O_CLOEXEC)
+            os.write(self._peak_fd, b"reset\n")
+            return True
+        except OSError:
+            return False
+
+    def usage(self) -> int:
+        return int((self.path / self.h.usage_file).read_text().split()[0])
+
     def peak(self) -> int:
+        if self._peak_fd is not None:
+            return int(os.pread(self._peak_fd, 64, 0).split()[0])
         return int((self.path / self.h.peak_file).read_text().split()[0])
 
     def procs(self) -> list[int]:
@@ -226,6 +258,9 @@ class RankGroup:
 
     def remove(self, wait_s: float = 5.0) -> bool:
         """Kill whatever is still in the group and remove it; False if it would not go."""
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
         deadline = time.monotonic() + wait_s
         while True:
             for pid in self.procs():

@@ -8,7 +8,8 @@ secret and nothing it writes after the learner's code has run is trusted: the pa
 learner's reported peak with what it reads of this process from outside (observer.py).
 
 Order of events:
-1. import torch and the libraries, build the device, the model and the data (the exercise kind's
+1. say `started` on STATUS_FD (the parent may move this process into its memory cgroup meanwhile),
+   import torch and the libraries, build the device, the model and the data (the exercise kind's
    trusted `scenario`), install the defence-in-depth guards (guards.py);
 2. tell the parent `ready` on STATUS_FD (with the device bytes allocated so far: a trusted figure,
    no learner code has run) and wait for `go` on CTL_FD: the parent meanwhile reads this process's
@@ -52,6 +53,7 @@ def main(argv) -> None:
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
     status = os.fdopen(status_fd, "w", buffering=1)
+    _send(status, "started", pid=os.getpid())    # the parent may move this rank into its cgroup now
     result_path = os.path.join(os.path.dirname(job_path), f"result-{rank}.json")
     payload: dict = {"ok": False, "stage": "setup", "violations": [], "losses": [], "error": None}
     state = {"learner": False, "forward_calls": 0, "opt_steps": 0}
@@ -282,7 +284,8 @@ def main(argv) -> None:
         finish()
     except BaseException as e:  # noqa: BLE001
         state["learner"] = False
-        oom = isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "memory" in str(e).lower()
+        message = str(e).lower()             # torch's host allocator raises RuntimeError("... can't allocate memory")
+        oom = isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in message or "can't allocate memory" in message
         wrong = type(e).__name__ == "WrongAnswer"
         payload.update(error={"kind": "incorrect" if wrong else "oom" if oom else "exception",
                               "message": f"{type(e).__name__}: {str(e)[:800]}"}, violations=violations)

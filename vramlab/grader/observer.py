@@ -13,7 +13,7 @@ does not explain is
     unexplained = (hwm - rss_at_ready) - (reported_peak - device_bytes_at_ready)
 
 Where the grader can make memory cgroups (cgroup.py), `hwm - rss_at_ready` is replaced by the
-peak charge of the rank's own cgroup, into which the parent moves the rank at `ready`: the kernel
+peak charge of the rank's own cgroup, which holds the rank from `ready` (cgroup.py): the kernel
 charges that group for every page the learner's phase makes, mapped or not (anonymous memory,
 memfd and tmpfs files, System V and POSIX shared memory, page cache, pipe and socket buffers,
 kernel memory), so no hiding place needs a rule of its own. The group's process list at `done`
@@ -58,6 +58,8 @@ class RankObservation:
     nvml_peak: int | None = None
     extra_processes: list = field(default_factory=list)
     cgroup_peak: int | None = None              # the rank's own memory cgroup, from `ready` to `done`
+    cgroup_base: int = 0                        # the group's usage at `ready` (a rank moved in at `started`)
+    in_group: bool = False                      # moved into its group at `started`
     seccomp: bool | None = None                 # the rank said its kernel filter is in force (confine.py)
 
 
@@ -83,14 +85,17 @@ def _written(pid: int) -> int:
     return fields.get("wchar", 0) + fields.get("write_bytes", 0)
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below `root` (by parent pid; /proc/PID/task/*/children is not always there)."""
+def descendants(root: int, living: bool = False) -> list[int]:
+    """Every process below `root` (by parent pid; /proc/PID/task/*/children is not always there);
+    `living`: without the dead ones not yet reaped (zombies)."""
     parent = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                    parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                    state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+                if not (living and state in ("Z", "X")):
+                    parent[int(name)] = int(ppid)
             except (OSError, ValueError, IndexError):
                 pass
     found, frontier = [], [root]
@@ -100,6 +105,35 @@ def descendants(root: int) -> list[int]:
         found += kids
         frontier += kids
     return found
+
+
+def wait_dead(pids, timeout_s: float) -> None:
+    """Wait until each of `pids` has died (a zombie counts as dead) or `timeout_s` passed: on its
+    pidfd where the kernel has them, else by looking every 5 ms."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = None
+        try:
+            while time.monotonic() < deadline:
+                if fd is not None:
+                    select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                    break
+                try:
+                    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                            break
+                except (OSError, IndexError):
+                    break
+                time.sleep(0.005)
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 def host_pid_of(root: int, ns_pid: int) -> int | None:
@@ -114,18 +148,42 @@ def host_pid_of(root: int, ns_pid: int) -> int | None:
     return None
 
 
+def at_start(obs: RankObservation, root: int, ns_pid: int, group=None) -> None:
+    """The rank has just started (no learner code yet): move it into its memory cgroup now, while
+    it builds its model, where the group's peak can be reset at `ready` (cgroup.py: a move costs
+    a grace period). Otherwise, or if anything fails, `at_ready` moves it."""
+    if not AVAILABLE or group is None or not group.resettable:
+        return
+    pid = host_pid_of(root, ns_pid)
+    if pid is None:
+        return
+    try:
+        group.add(pid)
+    except OSError:
+        return
+    obs.host_pid, obs.in_group = pid, True
+
+
 def at_ready(obs: RankObservation, root: int, ns_pid: int, device_bytes: int, group=None) -> bool:
-    """Read the rank before its learner phase, reset its high-water mark and move it into its own
-    memory cgroup (`group`, cgroup.RankGroup) where there is one. False if it cannot."""
+    """Read the rank before its learner phase, reset its high-water mark and put it into its own
+    memory cgroup (`group`, cgroup.RankGroup) where there is one: reset the group's peak if the
+    rank is there already, move it in otherwise. False if it cannot."""
     obs.ns_pid, obs.device_at_ready = ns_pid, device_bytes
     if not AVAILABLE:
         return True                        # macOS: nothing to read; the self-check says it is unsandboxed
-    obs.host_pid = host_pid_of(root, ns_pid)
-    if obs.host_pid is None:
+    pid = host_pid_of(root, ns_pid)
+    if pid is None:
         return False
+    if pid != obs.host_pid:                # not the process that said `started`: trust nothing of it
+        obs.in_group = False
+    obs.host_pid = pid
     try:
         if group is not None:
-            group.add(obs.host_pid)
+            if obs.in_group and group.reset_peak():
+                obs.cgroup_base = group.usage()
+            else:
+                obs.in_group, obs.cgroup_base = False, 0
+                group.add(obs.host_pid)
         with open(f"/proc/{obs.host_pid}/clear_refs", "w", encoding="ascii") as f:
             f.write("5")                   # VmHWM := VmRSS
         obs.rss_at_ready = _status(obs.host_pid)["VmRSS"]
@@ -146,7 +204,7 @@ def at_done(obs: RankObservation, root: int, known: set[int], group=None) -> boo
         obs.hwm = _status(obs.host_pid)["VmHWM"]
         obs.written = (obs.written or 0) + _written(obs.host_pid)
         if group is not None:
-            obs.cgroup_peak = group.peak()
+            obs.cgroup_peak = max(0, group.peak() - obs.cgroup_base)
     except (OSError, KeyError, ValueError):
         return False
     obs.extra_processes = [p for p in descendants(root) if p not in known]

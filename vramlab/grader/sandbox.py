@@ -549,7 +549,9 @@ def _on_message(rank, line: bytes, phase, obs, root: int, ctl_w: int, known: set
         event = msg["event"]
     except (ValueError, KeyError, TypeError):
         return None if phase[rank] != "setup" else "评分进程发来了无法识别的消息"
-    if event == "ready" and phase[rank] == "setup":        # trusted: no learner code has run yet
+    if event == "started" and phase[rank] == "setup":      # trusted: the rank's first act
+        observer.at_start(obs, root, int(msg["pid"]), group)
+    elif event == "ready" and phase[rank] == "setup":      # trusted: no learner code has run yet
         obs.seccomp = msg.get("seccomp") is True
         if not observer.at_ready(obs, root, int(msg["pid"]), int(msg["allocated"]), group):
             return "评分器读不到评分进程的内存记录"

@@ -151,10 +151,12 @@ class Slot:
         socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
 
     def sweep(self) -> list[int]:
-        """Kill every process of the sandbox but its own (the learner's, forked or not)."""
+        """Kill every process of the sandbox but its own (the learner's, forked or not) and wait
+        until each has died. A dead process awaiting its reaper (a zombie) holds no memory: the
+        worker reaps it and reports the ranks' ends in `finish`."""
         killed: list[int] = []
         for _ in range(5):
-            stray = [p for p in observer.descendants(self.proc.pid) if p not in self.own_pids]
+            stray = [p for p in observer.descendants(self.proc.pid, living=True) if p not in self.own_pids]
             if not stray:
                 break
             for pid in stray:
@@ -163,7 +165,7 @@ class Slot:
                     killed.append(pid)
                 except (ProcessLookupError, PermissionError):
                     pass
-            time.sleep(0.01)
+            observer.wait_dead(stray, timeout_s=1.0)
         return killed
 
     def finish(self) -> tuple[list | None, bool]:

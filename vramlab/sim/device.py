@@ -108,6 +108,7 @@ class SimDevice:
             return out
         torch.UntypedStorage.resize_ = resize_
         es.callback(setattr, torch.UntypedStorage, "resize_", original_resize)
+        self._refuse_host_views(es)
         original_clear = torch.clear_autocast_cache
 
         def clear_autocast_cache():       # autocast's __exit__ calls this when the outermost exits
@@ -123,6 +124,29 @@ class SimDevice:
     def __exit__(self, *exc):
         es, self._exit_stack = self._exit_stack, None
         return es.__exit__(*exc)
+
+    @staticmethod
+    def _refuse_host_views(es: contextlib.ExitStack):
+        """numpy(), np.asarray() and DLPack exports of a device tensor raise, as on CUDA: patched on
+        the class (and torch's to_dlpack), so saved-tensor hooks running inside an op refuse too."""
+        import torch.utils.dlpack as dlpack
+        from .emulation import HOST_VIEWS, refuse_host_view
+
+        def guarded(original):
+            def method(t, *args, **kwargs):
+                refuse_host_view(_active, t)
+                return original(t, *args, **kwargs)
+            method.__name__, method.__doc__ = original.__name__, original.__doc__
+            return method
+        for name in HOST_VIEWS:
+            own = name in torch.Tensor.__dict__          # numpy is TensorBase's: restore by deleting
+            original = getattr(torch.Tensor, name)
+            setattr(torch.Tensor, name, guarded(original))
+            es.callback(setattr, torch.Tensor, name, original) if own else es.callback(delattr, torch.Tensor, name)
+        original_to_dlpack = dlpack.to_dlpack
+        dlpack.to_dlpack = torch.to_dlpack = guarded(original_to_dlpack)
+        es.callback(setattr, dlpack, "to_dlpack", original_to_dlpack)
+        es.callback(setattr, torch, "to_dlpack", original_to_dlpack)
 
     @staticmethod
     def _skip_packing_check(es: contextlib.ExitStack):

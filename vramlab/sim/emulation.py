@@ -1,7 +1,7 @@
 """Make CPU code allocate what CUDA code would: attention kernels, dropout masks, autocast.
 
 A `TorchFunctionMode` sees calls like `F.linear` before autograd does, so it can change *which*
-computation runs and autograd still records it correctly. Three CUDA behaviours are reproduced:
+computation runs and autograd still records it correctly. Four CUDA behaviours are reproduced:
 
 1. `F.scaled_dot_product_attention` -> the CUDA kernel's memory (vramlab.sim.kernels).
 2. `F.dropout` -> `torch.native_dropout`, which keeps a 1-byte bool mask as CUDA does. The CPU's
@@ -14,6 +14,9 @@ computation runs and autograd still records it correctly. Three CUDA behaviours 
      weights) are cast once and cached until the outermost autocast exits;
    - ops that need range (pow, exp, log, layer_norm, softmax, log_softmax, losses, ...) run in fp32.
    Everything else runs on whatever dtypes it receives.
+4. No host view of device memory: `numpy()`, `np.asarray()` and DLPack exports of a tensor on
+   the device raise CUDA's TypeError (HOST_VIEWS, patched by SimDevice); a host copy
+   (`device.to_host`) has them.
 """
 from __future__ import annotations
 
@@ -50,6 +53,21 @@ FP32_OUTPUT = {
     torch.cumsum, T.cumsum, torch.cumprod, T.cumprod, torch.prod, T.prod, torch.sum, T.sum,
 }
 _LOW = (torch.float16, torch.bfloat16)
+# Zero-copy host views of a tensor's memory. A CUDA tensor has none (numpy() raises, a DLPack
+# capsule points at device memory no host library can read); on the simulated device the "device"
+# memory is host memory, so these would let code compute in host memory the meter never sees.
+# SimDevice patches these methods on the class while it is active (a function mode is off inside
+# the ops it handles, where saved-tensor hooks run, so a mode could not refuse them there).
+HOST_VIEWS = ("numpy", "__array__", "__dlpack__")
+NO_HOST_VIEW_ZH = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+                   "memory first.（模拟设备和真卡一样：显存里的张量不能直接变成 numpy 数组或 DLPack 导出；"
+                   "先用 device.to_host(t) 拷到主存）")
+
+
+def refuse_host_view(devices, t) -> None:
+    """Raise CUDA's TypeError when `t` lives in the memory of one of the simulated `devices`."""
+    if isinstance(t, torch.Tensor) and any(d.tracker.on_device(t) for d in devices):
+        raise TypeError(NO_HOST_VIEW_ZH)
 
 
 class CudaEmulation(TorchFunctionMode):

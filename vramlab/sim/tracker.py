@@ -114,6 +114,10 @@ class StorageTracker(TorchDispatchMode):
             return out
 
     # -- accounting ----------------------------------------------------------------------------
+    def on_device(self, t: torch.Tensor) -> bool:
+        """Does `t` live in the device's memory (its storage is charged)?"""
+        return t.untyped_storage()._cdata in self.live
+
     def reserved(self) -> int:
         return self.allocator.reserved if self.allocator else self.allocated
 

@@ -30,6 +30,9 @@ worker a watchdog kills the grading's processes and interrupts it; should the wo
 answer, the parent kills that worker and everything below it, records the timeout and grades the
 other submissions that the killed pool was running again in a fresh pool.
 
+With `--gradebook [PATH]` the scores also go into nbgrader's gradebook once the CSV is written
+(grader/gradebook.py: the auto_score of each exercise's graded cell; a manual score is kept).
+
 For more than one machine: `vramlab grade-class --slurm` (grader/slurm.py) grades the class in one
 Slurm job array with these same pieces; docs/guide/grading.md also shows a Kubernetes Indexed Job.
 """
@@ -616,6 +619,11 @@ def build_parser(prog: str = "python -m vramlab.grader.batch",
                         help="每份评分的总时限（秒，大于 0；含准备、起始代码和隐藏用例）。默认取环境变量 VRAMLAB_DEADLINE_S，"
                              "否则为每个用例的运行时限之和再加 300 秒余量；超过的记为这份提交超时（0 分），批量评分继续")
     parser.add_argument("--csv", help="把结果写成 CSV（整体替换，不会只写一半；已有的旧 CSV 先改名为 .prev）")
+    parser.add_argument("--gradebook", nargs="?", const=True, metavar="PATH",
+                        help="CSV 写完后把分数也写进 nbgrader 的成绩库：每份提交记为评分单元格 <编号>-check 的自动分"
+                             "（auto_score），教师填过的人工分不动，重跑结果相同。PATH：成绩库文件或数据库网址；只写 --gradebook 时用"
+                             " nbgrader/gradebook.db（本课程 nbgrader_config.py 的位置），没有就用 gradebook.db（nbgrader 的默认位置）。"
+                             "成绩库里没有的学号或作业跳过，并在最后说明原因")
     parser.add_argument("--journal", help="每评完一份就追加一行的记录文件（默认：<CSV>.journal.jsonl）；重跑时复用其中的成绩")
     parser.add_argument("--fresh", action="store_true", help="不复用 journal 里的成绩，从头评分（旧 journal 改名为 .bak）")
     parser.add_argument("--json", action="store_true", help="每份提交输出一行 JSON")
@@ -628,8 +636,9 @@ def build_parser(prog: str = "python -m vramlab.grader.batch",
 
 def main(argv=None, parser=None) -> int:
     """The command line. Exit codes (vramlab/errors.py): 0 every row graded, 2 bad arguments or an
-    unwritable destination, 4 some rows are grader errors (a rerun retries them) or this machine
-    cannot grade (no sandbox, no GPU, a full temp disk), 128+N stopped by signal N. With --json,
+    unwritable destination, 4 some rows are grader errors (a rerun retries them), a database error
+    left scores out of the gradebook (--gradebook; a rerun writes them) or this machine cannot
+    grade (no sandbox, no GPU, a full temp disk), 128+N stopped by signal N. With --json,
     a failure before grading is one JSON error object on stdout. `parser`: build_parser()'s, or
     one with more options (which this function ignores)."""
     parser = parser or build_parser()
@@ -667,6 +676,12 @@ def _main(parser, args) -> int:
         reason = dest and check_destination(dest)
         if reason:
             return fail(f"{reason}。还没有开始评分；请换一个 --csv / --journal 路径。", EXIT_USAGE)
+    if args.gradebook is not None:            # checked now, not after grading the class
+        from . import gradebook
+        try:
+            args.gradebook = gradebook.locate(args.gradebook)
+        except gradebook.GradebookError as e:
+            return fail(f"{e}。还没有开始评分。", EXIT_USAGE)
     from . import policy, sandbox
 
     if not args.no_sandbox and policy.bwrap_path() is None:
@@ -725,12 +740,25 @@ def _main(parser, args) -> int:
         return EXIT_GRADER
     if args.csv:
         print(f"已写入 {args.csv}（{len(rows)} 行）", file=sys.stderr)
+    written = write_gradebook(rows, args.gradebook)
     errors = sum(1 for r in rows if r.get("category") == "grader_error")
     if errors:
         print(f"有 {errors} 份是评分器出错（不是学员的问题，没有给分）：原因见 reason 列；解决后用相同的命令重跑，只重评这几份。",
               file=sys.stderr)
         return EXIT_GRADER
-    return EXIT_OK
+    return EXIT_OK if written else EXIT_GRADER
+
+
+def write_gradebook(rows, db_url: str | None) -> bool:
+    """After the CSV: the scores into nbgrader's gradebook (grader/gradebook.py), if asked, and its
+    summary on stderr. False when a database error left some unwritten (a rerun writes them)."""
+    if not db_url:
+        return True
+    from . import gradebook
+
+    summary = gradebook.write(rows, db_url)
+    print(summary.zh(), file=sys.stderr)
+    return summary.error is None
 
 
 if __name__ == "__main__":

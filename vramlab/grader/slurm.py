@@ -412,7 +412,7 @@ def submit(args, state: Path) -> dict | None:
                "backend": backend, "scale": scale, "exercise": args.exercise, "timeout_s": args.timeout,
                "deadline_s": args.deadline, "sandbox": "off" if args.no_sandbox else "require",
                "no_cgroup": bool(args.no_cgroup), "workers": int(args.workers or 1), "items": items, "todo": todo,
-               "tasks": 0, "job_id": None}
+               "tasks": 0, "job_id": None, "gradebook": args.gradebook}
         if not todo:
             return run
         tasks = min(len(todo), args.tasks or math.ceil(len(todo) / PER_TASK))
@@ -514,6 +514,7 @@ def finish(run: dict, journals: Journals, args, state: Path) -> int:
     args.csv = csv_path
     batch._report(rows, args)
     print(f"已写入 {csv_path}（{len(rows)} 行）", file=sys.stderr)
+    written = batch.write_gradebook(rows, args.gradebook or run.get("gradebook"))    # --gradebook now or at submit
     errors = sum(1 for r in rows if r.get("category") == "grader_error")
     crashed = sum(1 for r in rows if r.get("category") == "crashed" and "Slurm 数组任务" in (r.get("reason") or ""))
     if crashed:
@@ -528,7 +529,7 @@ def finish(run: dict, journals: Journals, args, state: Path) -> int:
         print(f"有 {errors} 份是评分器出错（不是学员的问题，没有给分）：原因见 reason 列；解决后用相同的命令重跑，只重评这几份。",
               file=sys.stderr)
         return EXIT_GRADER
-    return EXIT_OK
+    return EXIT_OK if written else EXIT_GRADER
 
 
 def _state_for(args) -> Path:
@@ -550,6 +551,12 @@ def _find_run(args) -> tuple[dict, Path]:
 def slurm_main(args) -> int:
     if shutil.which("squeue") is None:          # without it the wait could never end
         raise SlurmError("找不到 squeue：请在能提交 Slurm 作业的登录节点上运行（或装好 Slurm 的客户端命令）")
+    if args.gradebook is not None:              # checked before submitting, as the local batch does
+        from . import gradebook
+        try:
+            args.gradebook = gradebook.locate(args.gradebook)
+        except gradebook.GradebookError as e:
+            raise SlurmError(f"{e}。没有提交作业。", EXIT_USAGE) from None
     if args.attach:
         run, state = _find_run(args)
         print(f"重新等待运行 {run['run']}（作业 {run.get('job_id')}，{run['tasks']} 个任务，{len(run['todo'])} 份）", file=sys.stderr)
@@ -578,7 +585,8 @@ def slurm_main(args) -> int:
                 if prev:
                     print(f"上一次的 {args.csv} 已改名为 {prev}：这次的作业结束后写新的 CSV", file=sys.stderr)
         if args.no_wait:
-            print(f"不等待（--no-wait）。之后用 vramlab grade-class --attach {run['run']} --state-dir {state} 等它并写 CSV；"
+            print(f"不等待（--no-wait）。之后用 vramlab grade-class --attach {run['run']} --state-dir {state} 等它并写 CSV"
+                  f"{'和成绩库' if args.gradebook else ''}；"
                   f"取消用 scancel {run['job_id']}", file=sys.stderr)
             print(json.dumps({"run": run["run"], "job_id": run["job_id"], "tasks": run["tasks"],
                               "submissions": len(run["todo"])}) if args.json else run["run"])

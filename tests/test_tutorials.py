@@ -85,3 +85,18 @@ def test_site_only_data_does_not_stale_the_tutorials(tmp_path, monkeypatch):
     assert tutorials.package_sha256(text) == before
     (package / "data" / "h200_gpt2_peaks.md").write_text("changed\n", encoding="utf-8")
     assert tutorials.package_sha256(text) != before
+
+
+SHARED = ("pad", "mib", "width", "free_port", "banner", "use_cjk_font")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda s: s.stem)
+def test_tutorials_use_the_shared_helpers(source):
+    """pad(), mib(), free_port() and the environment banner live in vramlab.display: a tutorial
+    that defines its own copy (or prints the banner lines by hand) drifts from the others."""
+    import re
+
+    text = source.read_text(encoding="utf-8")
+    own = [name for name in SHARED if re.search(rf"^def {name}\(", text, re.M)]
+    assert not own, f"{source.name} defines {own}: import them from vramlab.display"
+    assert not re.search(r'^print\("(Python|PyTorch) ', text, re.M), f"{source.name}: use vramlab.display.banner()"

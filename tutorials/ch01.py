@@ -12,7 +12,6 @@
 
 # %%
 import datetime
-import platform
 import unicodedata
 
 import torch
@@ -21,17 +20,13 @@ import transformers
 import vramlab
 from vramlab.meter import measure_steps
 from vramlab.models import build_model, count_params
+from vramlab.display import banner
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
 transformers.logging.set_verbosity_error()   # 只看我们自己打印的内容
-ON_GPU = torch.cuda.is_available()
+ON_GPU = banner(f"transformers {transformers.__version__}")
 FAKE = not ON_GPU          # 模拟设备上用 FakeTensorMode：只有形状，没有数据
-print("日期        ", datetime.date.today().isoformat())
-print("Python      ", platform.python_version())
-print("PyTorch     ", torch.__version__)
-print("transformers", transformers.__version__)
-print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice，FakeTensorMode）")
 
 
 def row(*cells, widths):

@@ -13,23 +13,18 @@
 
 # %%
 import datetime
-import platform
 
 import torch
 import transformers
 
 import vramlab
 from vramlab.models import build_model
+from vramlab.display import banner, pad, mib
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 
-ON_GPU = torch.cuda.is_available()
+ON_GPU = banner(f"transformers {transformers.__version__}")
 FAKE = not ON_GPU          # 模拟设备上用 FakeTensorMode：只有形状，没有数据
-print("Python      ", platform.python_version())
-print("PyTorch     ", torch.__version__)
-print("transformers", transformers.__version__)
-print("vramlab     ", vramlab.__version__)
-print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
 publish("date", datetime.date.today().isoformat())
 publish("torch", torch.__version__)
 
@@ -41,16 +36,6 @@ publish("torch", torch.__version__)
 # 每一步结束时，我们记下三个数：这一步里的峰值 `max_allocated()`、步末的 `allocated()` 和 `reserved()`。
 
 # %%
-def mib(x):
-    return x / MiB
-
-
-def pad(text, width):
-    """按显示宽度左对齐（一个汉字占两格），让中英混排的表格对得齐。"""
-    w = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
-    return text + " " * max(width - w, 0)
-
-
 with vramlab.open_device("auto", fake=FAKE) as dev:
     model = build_model("gpt2-small", device=dev.torch_device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)

@@ -28,7 +28,6 @@
 import collections
 import datetime
 import math
-import platform
 
 import matplotlib
 import torch
@@ -37,6 +36,7 @@ import transformers
 
 import vramlab
 from vramlab.meter import measure_steps
+from vramlab.display import banner, pad
 from vramlab.models import build_model, count_params
 from vramlab.runner import build_training
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
@@ -44,22 +44,10 @@ from vramlab.units import MiB
 from vramlab.workload import from_reference_name
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
-ON_GPU = torch.cuda.is_available()
+ON_GPU = banner(f"transformers {transformers.__version__}")
 FAKE = not ON_GPU          # 第 4 节：模拟设备上用 FakeTensorMode
-print("日期        ", datetime.date.today().isoformat())
-print("Python      ", platform.python_version())
-print("PyTorch     ", torch.__version__)
-print("transformers", transformers.__version__)
-print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
 publish("date", datetime.date.today().isoformat())
 publish("torch", torch.__version__)
-
-
-def pad(text, width):
-    """按显示宽度左对齐（一个汉字占两格），让中文表格的列对得齐。"""
-    text = str(text)
-    shown = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
-    return text + " " * max(width - shown, 0)
 
 
 def tex(x, digits=2):

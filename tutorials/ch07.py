@@ -15,7 +15,6 @@
 import collections
 import datetime
 import functools
-import platform
 
 import torch
 import transformers
@@ -23,6 +22,7 @@ from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_conte
 
 import vramlab
 from vramlab.models import build_model, get_preset
+from vramlab.display import banner, pad
 from vramlab.reference import reference_rows
 from vramlab.runner import measure_workload
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
@@ -30,22 +30,12 @@ from vramlab.units import MiB
 from vramlab.workload import from_reference_name, with_changes
 
 transformers.logging.set_verbosity_error()     # 不打印与本章无关的配置提示
-ON_GPU = torch.cuda.is_available()
+ON_GPU = banner(f"transformers {transformers.__version__}")
 FAKE = not ON_GPU          # 第 3–5 节：模拟设备上用 FakeTensorMode
 PLAIN = torch.device("cuda" if ON_GPU else "cpu")   # 第 2 节只比数值，不统计显存
-print("日期        ", datetime.date.today().isoformat())
-print("Python      ", platform.python_version())
-print("PyTorch     ", torch.__version__)
-print("transformers", transformers.__version__)
-print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
 publish("date", datetime.date.today().isoformat())
 publish("torch", torch.__version__)
 
-
-def pad(text, width):
-    """按显示宽度左对齐（一个汉字占两格），让中文表格的列对得齐。"""
-    shown = sum(2 if ord(ch) > 0x2E80 else 1 for ch in str(text))
-    return str(text) + " " * max(width - shown, 0)
 
 # %% [markdown]
 # ## 1. autograd 给反向留下了什么

@@ -14,7 +14,6 @@
 import datetime
 import gc
 import os
-import socket
 import time
 
 import torch
@@ -23,7 +22,7 @@ import torch.multiprocessing as mp
 import transformers
 
 import vramlab
-from vramlab.display import banner, pad, mib
+from vramlab.display import banner, pad, mib, free_port
 from vramlab.models import build_model, count_params
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
@@ -258,12 +257,6 @@ for use_ef in (False, True):
 MODEL, B, T, STEPS = "tiny", 2, 32, 4
 KINDS = ["flat", "param", "bucket", "hook", "ddp", "ddp_view", "ddp_fp16"]
 BUCKET_BYTES = 256 * 1024
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 COMM = {"bytes": 0, "calls": 0}

@@ -24,7 +24,6 @@
 
 # %%
 import os
-import socket
 import time
 
 import torch
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 import transformers
 
 import vramlab
-from vramlab.display import banner, pad, mib
+from vramlab.display import banner, pad, mib, free_port
 from vramlab.models import make_config
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 
@@ -67,12 +66,6 @@ print("gloo 可用    ", dist.is_gloo_available())
 # %%
 H, HEADS, B, T = 768, 12, 2, 512
 WORLD = 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def host_weights(dev, seed=0):

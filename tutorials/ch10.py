@@ -26,7 +26,6 @@
 import datetime
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ import vramlab
 from vramlab.estimate import estimate, zero_model_state_bytes, param_count
 from vramlab.models import build_model, count_params
 from vramlab.runner import measure_workload
+from vramlab.display import free_port
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
 from vramlab.units import MiB
 from vramlab.workload import Workload, from_reference_name
@@ -168,12 +168,6 @@ publish("est_autocast_mib", e0.total_bytes / MiB, fmt="{:.0f}")
 
 # %%
 MODEL, B, T = "tiny", 4, 64
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_bytes(tensors):

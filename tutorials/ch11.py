@@ -13,33 +13,19 @@
 
 # %%
 import datetime
-import platform
 import random
 
 import torch
 
 import vramlab
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
+from vramlab.display import banner, pad, mib
 from vramlab.units import MiB
 
-ON_GPU = torch.cuda.is_available()
+ON_GPU = banner()
 FAKE = not ON_GPU          # 模拟设备上用 FakeTensorMode：只有形状，没有数据
-print("Python      ", platform.python_version())
-print("PyTorch     ", torch.__version__)
-print("vramlab     ", vramlab.__version__)
-print("后端        ", torch.cuda.get_device_name(0) if ON_GPU else "CPU 上的模拟设备（vramlab SimDevice）")
 publish("date", datetime.date.today().isoformat())
 publish("torch", torch.__version__)
-
-
-def mib(x):
-    return x / MiB
-
-
-def pad(text, width):
-    """按显示宽度左对齐（一个汉字占两格），让中英混排的表格对得齐。"""
-    w = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
-    return text + " " * max(width - w, 0)
 
 
 def stats_line(dev):

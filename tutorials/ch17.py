@@ -15,7 +15,6 @@
 import datetime
 import math
 import os
-import socket
 import time
 
 import torch
@@ -27,7 +26,7 @@ import transformers
 from torch.utils.checkpoint import checkpoint
 
 import vramlab
-from vramlab.display import banner, mib, pad
+from vramlab.display import banner, mib, pad, free_port
 from vramlab.estimate import estimate
 from vramlab.models import build_model, get_preset
 from vramlab.runner import measure_workload
@@ -626,12 +625,6 @@ def ep_worker(rank, world, port, queue):
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 ctx = mp.get_context("fork")

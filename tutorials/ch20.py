@@ -14,7 +14,6 @@
 import datetime
 import gc
 import os
-import socket
 import time
 
 import torch
@@ -23,7 +22,7 @@ import torch.multiprocessing as mp
 import transformers
 
 import vramlab
-from vramlab.display import banner, pad, mib
+from vramlab.display import banner, pad, mib, free_port
 from vramlab.estimate import param_count
 from vramlab.models import build_model, count_params
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
@@ -104,12 +103,6 @@ publish("nccl_per_conn_short_mib", mib(per_conn), fmt="{:.1f}")
 MODEL, B, T, STEPS = "tiny", 2, 32, 3
 CAPS = {"bucket_512K": 512 * 1024, "bucket_1M": 1024**2, "bucket_2M": 2 * 1024**2}
 KINDS = ["flat", "bucket_512K", "bucket_1M", "bucket_2M", "param", "hook_async", "hook_step"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 COMM = {"calls": 0, "max_msg": 0}

@@ -26,7 +26,6 @@
 import datetime
 import gc
 import os
-import socket
 import time
 import warnings
 
@@ -37,7 +36,7 @@ import transformers
 
 import accelerate
 import vramlab
-from vramlab.display import banner, pad, mib
+from vramlab.display import banner, pad, mib, free_port
 from vramlab.estimate import estimate, param_count, zero_model_state_bytes
 from vramlab.models import build_model, count_params
 from vramlab.tutorials import publish      # 把结果交给正文：章节页面上的数字就是这里发布的值
@@ -253,12 +252,6 @@ for dtype in ("float32", "float16"):
 # %%
 MODEL, B, T, STEPS = "tiny", 1, 32, 3
 KINDS = ["dp", "zero1", "zero2"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def owners_of(params, world):

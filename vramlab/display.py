@@ -1,7 +1,9 @@
-"""What every tutorial prints: the environment banner and width-aware Chinese tables.
+"""What the tutorials share: the environment banner, width-aware Chinese tables, a free port.
 
     from vramlab.display import banner, pad, mib
     ON_GPU = banner()          # prints Python / PyTorch / vramlab / backend; True on a CUDA machine
+
+Tutorials import these instead of defining their own (tests/test_tutorials.py checks).
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ def width(text: str) -> int:
     return sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)
 
 
-def pad(text: str, cols: int) -> str:
-    """Left-align `text` in `cols` display columns, so mixed Chinese/English tables line up."""
+def pad(text, cols: int) -> str:
+    """Left-align `text` (any value, as str) in `cols` display columns, so mixed Chinese/English
+    tables line up."""
+    text = str(text)
     return text + " " * max(cols - width(text), 0)
 
 
@@ -54,3 +58,12 @@ def use_cjk_font() -> bool:
         matplotlib.rcParams["font.sans-serif"] = [names[0]] + matplotlib.rcParams["font.sans-serif"]
         matplotlib.rcParams["axes.unicode_minus"] = False
     return bool(names)
+
+
+def free_port() -> int:
+    """A free TCP port on localhost, for a tutorial's process group (MASTER_PORT)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

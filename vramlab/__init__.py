@@ -14,7 +14,7 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 
-_LAZY = {
+LAZY = {      # public name -> the module that defines it (vramlab.tutorials reads it for the freshness hash)
     "SimDevice": "vramlab.sim.device", "CudaDevice": "vramlab.cuda",
     "measure": "vramlab.meter", "measure_steps": "vramlab.meter", "open_device": "vramlab.meter",
     "Measurement": "vramlab.meter", "device_budget": "vramlab.budget",
@@ -25,6 +25,6 @@ _LAZY = {
 
 
 def __getattr__(name):          # import torch only when something needs it
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+    if name in LAZY:
+        return getattr(import_module(LAZY[name]), name)
     raise AttributeError(f"module 'vramlab' has no attribute {name!r}")

@@ -71,15 +71,15 @@ def _imports(text: str, module: str, is_package: bool) -> set[str]:
     """Every vramlab module named by an import anywhere in `text` (also inside functions)."""
     import ast
 
-    from vramlab import _LAZY
+    from vramlab import LAZY
 
     found: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(text)):
         # `vramlab.measure(...)`: the package's lazy attributes (vramlab/__init__.py) import on first use
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "vramlab":
-            if node.attr in _LAZY:
-                found.add(_LAZY[node.attr])
+            if node.attr in LAZY:
+                found.add(LAZY[node.attr])
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

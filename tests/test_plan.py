@@ -259,6 +259,7 @@ def test_plan_json_from_the_cli(capsys):
     (["plan", "--model", "tiny", "--card", "24GiB", "--gpus", "3", "--global-batch", "16", "--json"], ["--global-batch"]),
     (["plan", "--model", "tiny", "--card", "lots", "--json"], ["不认识的显卡", "T4"]),
     (["plan", "--model", "tiny", "--card", "24GiB", "--seq", "100000", "--json"], ["--seq"]),
+    (["plan", "--model", "tiny", "--card", "24GiB", "--record", "--json"], ["--record", "--bench"]),
 ])
 def test_plan_bad_arguments(argv, words, capsys):
     assert main(argv) == 2
@@ -424,3 +425,25 @@ def test_picks_fit_and_the_next_micro_batch_does_not(stem, gib):
     for row in rows:
         assert row["ok"], (stem, gib, row)
         assert row["pick_status"] != "fits" or row["pick_fits"]
+
+
+def test_bench_and_sweep_record_their_figures(tmp_path, monkeypatch):
+    """`vramlab plan --bench [--sweep] --record` appends one entry to the performance history:
+    the bench's ratio range, the sweep's pick counts and one mark per pick and card per config."""
+    from vramlab import perf
+
+    rows = [{"config": "a", "card_gib": 16, "summary": "s", "pick_status": "fits", "pick_fits": True, "next_batch": 8,
+             "next_fits_estimate": False, "next_sim": "oom", "ok": True},
+            {"config": "a", "card_gib": 24, "summary": "s", "pick_status": "skipped", "pick_fits": False,
+             "next_batch": None, "next_fits_estimate": None, "next_sim": None, "ok": True},
+            {"config": "b", "card_gib": 16, "summary": "（没有装得下的组合）", "pick_status": "-", "pick_fits": None,
+             "next_batch": None, "next_fits_estimate": None, "next_sim": None, "ok": True}]
+    fig = P.sweep_figures(rows, cards=(16, 24))
+    assert fig["推荐方案"] == 2 and fig["模拟设备上装得下"] == 1 and fig["未在模拟设备上验证"] == 1
+    assert fig["下一档（估算装不下）核对"] == 1 and fig["其中模拟其实装得下"] == 0 and fig["全部通过"] is True
+    assert fig["a"] == "16:✓ 24:·" and fig["b"] == "16:— 24:"
+    assert P.bench_figures([{"config": "x", "ratio": 0.99}, {"config": "y", "ratio": 1.01}]) == {
+        "估算/模拟设备 最小": 0.99, "最大": 1.01, "示例 config": 2}
+    history = tmp_path / "history.jsonl"
+    entry = perf.record("plan-sweep", "vramlab plan --bench --sweep --record", fig, path=history)
+    assert perf.history(history) == [entry]

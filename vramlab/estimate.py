@@ -12,7 +12,8 @@ per family, precision, LoRA targets, QLoRA, checkpointing), and the backward's w
 walk of the same tape in reverse (`_backward_peak`). The peak is the largest of these instants
 (`PHASES`; `Estimate.phases` gives the total at each):
 
-    block_forward       the last block's forward, its transient buffers live
+    block_forward       the last block's forward: what it saved so far, what its Python locals hold
+                        and the running op (the model's inputs_embeds too)
     forward_end         end of the forward pass: all saved activations + logits, fp32 logits copy
                         and log-softmax output (+ under autocast, the cached 16-bit weight copies)
     backward_start      first backward op: saved activations + log-softmax output + its gradient +
@@ -319,20 +320,23 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, selective: bool = Fa
 class _T:
     """A tensor of the symbolic forward: `n` elements of `b` bytes; `rg`: requires grad; `base`:
     the tensor whose storage it views (saving a view keeps the whole storage)."""
-    __slots__ = ("n", "b", "rg", "id", "base")
+    __slots__ = ("n", "b", "rg", "id", "base", "ghost")
 
-    def __init__(self, n, b, rg, id_, base=None):
+    def __init__(self, n, b, rg, id_, base=None, ghost=False):
         self.n, self.b, self.rg, self.id, self.base = n, b, rg, id_, base
+        self.ghost = ghost   # exists only in backward (a gradient's cast): no forward memory
 
 
 class _Op:
     """One backward node: its output, the inputs that get a gradient, what it saved (brought back
     to the device one node at a time under save_on_cpu) and the temporaries its backward adds.
     `alias`: the gradient passes through unchanged to inputs of the output's dtype (an add)."""
-    __slots__ = ("out", "ins", "unpack", "temp", "alias", "saved", "attn", "grad", "early", "wcopy")
+    __slots__ = ("out", "ins", "unpack", "temp", "alias", "saved", "attn", "grad", "early", "wcopy", "also")
 
-    def __init__(self, out, ins, unpack=0, temp=0, alias=False, saved=(), attn=False, grad=0, early=0, wcopy=0):
+    def __init__(self, out, ins, unpack=0, temp=0, alias=False, saved=(), attn=False, grad=0, early=0, wcopy=0,
+                 also=()):
         self.out, self.ins, self.unpack, self.temp, self.alias, self.saved = out, ins, unpack, temp, alias, saved
+        self.also = also     # further outputs whose gradients it consumes (a split's other views)
         self.attn = attn     # inside the attention module (what selective checkpointing recomputes)
         self.grad = grad     # a weight gradient this node leaves behind (.grad, without accumulation)
         self.early = early   # of its saved tensors, those a composite node frees before its own peak
@@ -370,7 +374,14 @@ class _Forward:
       contiguous (a copy the output projection saves if it trains).
     * dropout with p > 0 saves a 1-byte bool mask (CUDA's native_dropout).
     * Nothing is saved where nothing upstream needs a gradient (LoRA's first block before its
-      adapters). `mute`: inside a checkpointed module nothing is saved.
+      adapters; with full checkpointing see `embeddings`). `mute`: inside a checkpointed module
+      nothing is saved.
+    * What is alive at an instant of the forward (`moment`): the tensors saved so far, those the
+      running modules' Python locals still reference (`hold` / `release`, mirroring the HF, peft
+      and bitsandbytes code: see `block`, `adapter`, `attention`), the running op's inputs and
+      output, its temporaries, and the 16-bit weight copies made so far. A tensor nothing
+      references is freed at once, as CUDA's caching allocator frees a storage when its last
+      reference goes.
     """
 
     def __init__(self, w: Workload, p: Preset, fused_gelu: bool = False, ids: int = 0, sim: bool = False):
@@ -398,11 +409,16 @@ class _Forward:
         self.cached = 0             # trainable weights' 16-bit copies (autocast cache) saved by matmuls
         self.mute = False
         self.in_attn = False
-        self.fwd_peak = 0           # saved so far + the op's output and forward temporaries, at most
-        self.fwd_peak_rc = 0        # the same with the weight copies saved so far (a recomputation)
-        self.fwd_peak_off = 0       # under save_on_cpu: the op's inputs, output and temporaries only
-        self.wheld = 0
-        self.linger = 0             # tensors a layer keeps in a local until it returns
+        self.held: dict[int, int] = {}     # storages the running modules' Python locals reference
+        self.refs: dict[int, int] = {}     # how many of those locals reference each
+        self.fwd_peak = 0           # saved so far + held + an op's inputs, output and temporaries, at most
+        self.fwd_peak_rc = 0        # the same with the 16-bit weight copies made so far (autocast)
+        self.fwd_peak_off = 0       # under save_on_cpu: the same without the saved tensors (on the host)
+        self.wheld = 0              # 16-bit weight copies made so far, as a recomputation keeps them
+        self.wcache = 0             # ... in autocast's cache (trainable fp32 weights)
+        self.wsave = 0              # ... of frozen weights, saved by their matmul
+        self.model_locals: list[_T] = []   # what the model's forward keeps in locals while the blocks run
+        self.leaf: _T | None = None        # see embeddings()
         self._ids = ids
 
     # -- tensors ----------------------------------------------------------------------------
@@ -424,15 +440,40 @@ class _Forward:
             self._pending.append(s.id)
         return x.n * x.b
 
+    def hold(self, *xs: _T) -> None:
+        """A Python local of the running module references `xs` (alive until as many `release`s)."""
+        for x in xs:
+            s = x.base or x
+            if not s.ghost:
+                self.held[s.id] = s.n * s.b
+                self.refs[s.id] = self.refs.get(s.id, 0) + 1
+
+    def release(self, *xs: _T) -> None:
+        for x in xs:
+            sid = (x.base or x).id
+            if sid in self.refs:
+                self.refs[sid] -= 1
+                if not self.refs[sid]:
+                    del self.refs[sid], self.held[sid]
+
+    def moment(self, alive=(), extra: int = 0) -> None:
+        """One instant of the forward: what autograd saved so far, what locals hold, the tensors
+        `alive` (an op's inputs and output: each storage once) and `extra` bytes of temporaries."""
+        dev = dict(self.held)
+        for x in alive:
+            s = x.base or x
+            if not s.ghost:
+                dev[s.id] = s.n * s.b
+        live = {**self.saved, **dev}
+        self.fwd_peak = max(self.fwd_peak, sum(live.values()) + extra + self.wcache + self.wsave)
+        self.fwd_peak_off = max(self.fwd_peak_off, sum(dev.values()) + extra + self.wcache)
+        self.fwd_peak_rc = max(self.fwd_peak_rc, sum(live.values()) + extra + self.wheld)
+
     def op(self, out: _T, ins, unpack: int = 0, temp: int = 0, alias: bool = False, fwd: int = 0,
-           grad: int = 0, early: int = 0, wcopy: int = 0) -> _T:
-        now = self.total() + out.n * out.b + fwd + self.linger
-        self.fwd_peak = max(self.fwd_peak, now)
-        bases = {(x.base or x).id: (x.base or x) for x in ins}
-        self.fwd_peak_off = max(self.fwd_peak_off, sum(b.n * b.b for b in bases.values()) + out.n * out.b + fwd
-                                + self.linger)
-        self.wheld += wcopy                  # a recomputation also re-creates the 16-bit weight copies
-        self.fwd_peak_rc = max(self.fwd_peak_rc, now + self.wheld)
+           grad: int = 0, early: int = 0, wcopy: int = 0, account: bool = True) -> _T:
+        self.wheld += wcopy                  # the 16-bit weight copy made for this matmul
+        if account and not out.ghost:        # while it runs, its inputs and output are alive
+            self.moment(list(ins) + [out], fwd)
         saved, self._pending = tuple(self._pending), []
         if out.rg:
             self.tape.append(_Op(out, [x for x in ins if x.rg], unpack, temp, alias, saved, self.in_attn, grad, early,
@@ -456,12 +497,15 @@ class _Forward:
 
     def linear(self, x: _T, name: str) -> _T:
         i, o = self.shape(name)
+        self.hold(x)                         # the module's argument, until it returns
         if self.nf4 and name != "head":
-            # bitsandbytes Linear4bit: x.to(compute dtype), dequantise, matmul, .to(x's dtype); in
-            # backward the weight is dequantised again and the gradient cast both ways
+            # bitsandbytes Linear4bit: x.to(compute dtype), dequantise, matmul (the dequantised
+            # weight is freed), .to(x's dtype); in backward the weight is dequantised again and the
+            # gradient cast both ways
             casts = self.tok * (i + o) * self.cb if self.cb != x.b else 0
+            self.moment([x], i * o * self.cb + (casts or self.tok * o * x.b))
             y = self.op(self.t(self.tok * o, x.b, x.rg), [x], unpack=nf4_bytes(i * o),
-                        temp=i * o * self.cb + casts, fwd=i * o * self.cb + casts)
+                        temp=i * o * self.cb + casts, fwd=casts)
         else:
             xc = self.cast(x, 2) if self.mixed else x
             wb = 2 if self.mixed else self.pb
@@ -474,6 +518,12 @@ class _Forward:
                 self.casts += i * o * 2
             if self.mixed and (x.rg or self.train) and not self.w.zero:
                 wcopy = i * o * 2
+            # the 16-bit copy stays in autocast's cache (a trainable weight) or saved by the matmul
+            # (a frozen one, when x needs a gradient); else it lives only while the matmul runs
+            wcache = i * o * 2 if (self.mixed and self.train and not self.w.zero) else 0
+            wsave = i * o * 2 if (self.mixed and not self.train and x.rg and not self.mute and not self.w.zero) else 0
+            self.wcache, self.wsave = self.wcache + wcache, self.wsave + wsave
+            transient = i * o * 2 if (self.mixed and not self.w.zero and not (wcache or wsave)) else 0
             if x.rg:
                 unpack += i * o * wb                    # the weight (or its 16-bit copy), saved for dx
             temp = grad = 0
@@ -481,24 +531,39 @@ class _Forward:
                 temp = i * o * (2 if self.mixed else 0) + (i * o * self.gb if self.accum else 0)
                 grad = 0 if self.accum else i * o * self.gb // self.shards
             y = self.op(self.t(self.tok * o, 2 if self.mixed else x.b, x.rg or self.train), [xc], unpack, temp,
-                        grad=grad, wcopy=wcopy)
+                        grad=grad, wcopy=wcopy, fwd=transient)
         if name in self.targets:
-            r = self.w.lora_rank
-            if self.mixed:      # peft casts x to the fp32 adapter, autocast casts it back for lora_A
-                xa = self.op(self.t(x.n, 2, x.rg), [self.cast(x, 4)])
-            else:
-                xa = self.cast(x, 4)
-            ab = 2 if self.mixed else 4
-            a = self.op(self.t(self.tok * r, ab, True), [xa], self.save(xa, f"{name} lora_A input") + r * i * ab,
-                        grad=0 if self.accum else r * i * 4)
-            lo = self.op(self.t(self.tok * o, ab, True), [a], self.save(a, f"{name} lora_A output") + r * o * ab,
-                         grad=0 if self.accum else r * o * 4)
-            if self.mixed and not self.mute:
-                self.cached += r * (i + o) * 2
-            # lora_B(...) * scaling, and the sum before peft casts it back to the base's dtype
-            y = self.op(self.t(y.n, y.b, True), [y, self.cast(lo, y.b)], alias=True,
-                        fwd=self.tok * o * (ab + (4 if (ab == 4 and y.b == 2) else 0)))
+            y = self.adapter(x, y, name)
+        self.release(x)
         return y
+
+    def adapter(self, x: _T, y: _T, name: str) -> _T:
+        """peft 0.21 lora.Linear.forward: `result = base_layer(x)`; `x = x.to(lora_A.weight.dtype)`
+        (fp32 adapters: a copy unless x is fp32, kept in the local until forward returns);
+        `result = result + lora_B(lora_A(x)) * scaling` (under autocast lora_A casts x back to 16
+        bits, and saves that copy), then `result.to(its old dtype)`."""
+        i, o = self.shape(name)
+        r, n = self.w.lora_rank, self.tok * o
+        self.hold(y)
+        x32 = self.cast(x, 4)
+        self.hold(x32)
+        xa = self.op(self.t(x.n, 2, x.rg), [x32]) if self.mixed else x32
+        ab = 2 if self.mixed else 4
+        a = self.op(self.t(self.tok * r, ab, True), [xa], self.save(xa, f"{name} lora_A input") + r * i * ab,
+                    grad=0 if self.accum else r * i * 4)
+        lo = self.op(self.t(n, ab, True), [a], self.save(a, f"{name} lora_A output") + r * o * ab,
+                     grad=0 if self.accum else r * o * 4)
+        if self.mixed and not self.mute:
+            self.cached += r * (i + o) * 2
+        sb = max(y.b, ab)                    # the sum's dtype (type promotion)
+        self.moment([lo], n * ab)            # lora_B's output and its scaled copy
+        self.moment([], n * ab + n * sb)     # the scaled copy and the sum
+        self.release(y)
+        out = self.op(self.t(y.n, y.b, True), [y, self.cast_grad(lo, y.b)], alias=True, account=False)
+        if sb != y.b:
+            self.moment([], n * sb + n * y.b)  # the sum and its cast back
+        self.release(x32)
+        return out
 
     def layernorm(self, x: _T, name: str) -> _T:
         if not (x.rg or self.train):
@@ -513,13 +578,17 @@ class _Forward:
         if not (x.rg or self.train):
             return self.t(x.n, out_b, False)
         h32 = self.cast(x, 4)
+        self.moment([x, h32], x.n * 4)       # h² (then h·rsqrt), fp32
         u = 0
         if x.rg:
             u += self.save(h32, f"{name} x.float()") + self.save(self.t(self.tok, 4, False), f"{name} rsqrt")
         if self.train:
             u += self.save(self.t(x.n, x.b, True), f"{name} normalised")
-        # backward: the gradients through weight·h, the cast, h·rsqrt and pow/mean (fp32)
-        return self.op(self.t(x.n, out_b, True), [h32], u, temp=2 * x.n * 4)
+        # forward: h·rsqrt (fp32) and its cast to x's dtype (saved when the weight trains) live
+        # while the weight multiplies; backward: the gradients through weight·h, the cast, h·rsqrt
+        # and pow/mean (fp32)
+        fwd = (x.n * 4 if x.b != 4 else 0) + (0 if self.train else x.n * x.b)
+        return self.op(self.t(x.n, out_b, True), [h32], u, temp=2 * x.n * 4, fwd=fwd)
 
     def dropout(self, x: _T, name: str) -> _T:
         if not self.drop:
@@ -532,8 +601,12 @@ class _Forward:
         return self.op(out, [self.cast_grad(a, out.b), self.cast_grad(b, out.b)], alias=True)
 
     def cast_grad(self, x: _T, b: int) -> _T:
-        """An input of a mixed-dtype sum: its gradient is cast from the sum's dtype (a new tensor)."""
-        return x if x.b == b else self.op(self.t(x.n, b, x.rg), [x])
+        """An input of a mixed-dtype sum: its gradient is cast from the sum's dtype (a new tensor
+        in backward; the forward promotes types without one)."""
+        if x.b == b:
+            return x
+        self._ids += 1
+        return self.op(_T(x.n, b, x.rg, self._ids, ghost=True), [x])
 
     def gelu_new(self, u: _T) -> _T:
         if not u.rg:
@@ -546,20 +619,28 @@ class _Forward:
         self.save(self.t(u.n, tb, True), "gelu: tanh")
         self.save(self.t(u.n, tb, True), "gelu: 1+tanh")
         self.save(self.t(u.n, u.b, True), "gelu: 0.5·x")
-        # backward: a chain of elementwise nodes; at pow's node (its x brought back under
-        # save_on_cpu) about three f-sized gradients of tanh's dtype and one of x's are alive, and
-        # tanh, 1 + tanh and 0.5·x are already freed
+        # backward: a chain of elementwise nodes. The first, (0.5·x)·(1 + tanh)'s, makes two
+        # gradients of the product's dtype while all four saved tensors are alive; under save_on_cpu
+        # the most is at pow's node (its x brought back), with about three f-sized gradients of
+        # tanh's dtype and one of x's alive, and tanh, 1 + tanh and 0.5·x already freed
         return self.op(self.t(u.n, max(u.b, tb), True), [u], x32.n * x32.b, temp=3 * u.n * tb + u.n * u.b,
-                       early=u.n * (2 * tb + u.b))
+                       early=u.n * (tb + 2 * u.b))
 
     def gelu(self, u: _T) -> _T:
         s = self.save(u, "gelu input") if u.rg else 0
         return self.op(self.t(u.n, u.b, u.rg), [u], s)
 
-    def silu_mul(self, g: _T, u: _T) -> _T:
+    def swiglu(self, x: _T) -> _T:
+        """HF LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)), in Python's order: silu(gate)
+        exists while up_proj runs; the product is down_proj's input."""
+        g = self.linear(x, "gate")
         s = self.op(self.t(g.n, g.b, g.rg), [g], self.save(g, "gate") if g.rg else 0)
+        self.hold(s)
+        u = self.linear(x, "up")
         unpack = (self.save(s, "silu(gate)") if u.rg else 0) + (self.save(u, "up") if s.rg else 0)
-        return self.op(self.t(g.n, max(s.b, u.b), s.rg or u.rg), [s, u], unpack)
+        m = self.op(self.t(g.n, max(s.b, u.b), s.rg or u.rg), [s, u], unpack)
+        self.release(s)
+        return self.linear(m, "down")
 
     def attention(self, q: _T, k: _T, v: _T, qkv: _T | None = None) -> _T:
         """q, k, v (views of `qkv` for GPT-2). See the class docstring for what each kernel saves."""
@@ -584,9 +665,13 @@ class _Forward:
                 temp += qkv.n * qkv.b            # dq, dk, dv before they are concatenated into d(qkv)
             return self.op(out, ins or [q2, k2, v2], u, temp)
         scores = w.batch * p.heads * w.seq * w.seq
-        if p.family in ("llama", "mixtral") and p.kv_heads < p.heads:    # repeat_kv
+        rep = p.family in ("llama", "mixtral") and p.kv_heads < p.heads
+        if rep:     # repeat_kv: eager_attention_forward's locals until it returns
             k, v = self.op(self.t(self.tok * qd, k.b, k.rg), [k]), self.op(self.t(self.tok * qd, v.b, v.rg), [v])
-        q2, k2, v2 = low(q), low(k), low(v)
+            self.hold(k, v)
+        # GPT-2's q, k, v are strided views of c_attn's output: matmul reshapes them into
+        # contiguous copies (those are saved, not c_attn's output); v's at the second matmul
+        q2, k2 = self.contiguous(low(q)), self.contiguous(low(k))
         s_in = 2 if (self.mixed or q.b == 2) else 4          # q·kᵀ's dtype
         sm = 4 if (p.family in ("llama", "mixtral") or self.mixed or q.b == 4) else 2   # softmax output
         pm = 2 if self.mixed else q.b                        # probabilities as the second matmul takes them
@@ -598,42 +683,67 @@ class _Forward:
             qk = self.cast(qk, 4)    # the CPU has no half_to_float softmax: it upcasts first (SIM_DEVICE_NOTES)
         # softmax's backward returns the scores' dtype (CUDA's half_to_float kernel)
         probs = self.op(probs, [qk], self.save(probs, "softmax(scores)") if rg else 0)
+        # the weights dropout sees: Llama's softmax(...).to(query.dtype), GPT-2's .type(value.dtype),
+        # BERT's softmax output as it is
+        pd = {"llama": q.b, "mixtral": q.b, "gpt2": v.b}.get(p.family, sm)
         if self.drop:
             mask = self.save(self.t(scores, 1, False), "attention dropout mask") if rg else 0
-            pd = q.b if p.family in ("llama", "mixtral") else (2 if self.mixed else q.b)   # probs.to(q / v dtype)
-            probs = self.op(self.t(scores, pd, rg), [self.cast(probs, pd)], mask)
-            # HF returns the attention weights; the decoder layer holds them until it returns
-            self.linger += probs.n * probs.b if probs.b != pm else 0
+            probs = weights = self.op(self.t(scores, pd, rg), [self.cast(probs, pd)], mask)
             probs = self.cast(probs, pm)
             if rg:
                 self.save(probs, "attention dropout output")
         else:
+            weights = probs
             probs = self.cast(probs, pm)
+            weights = weights if pd == weights.b else probs
             if rg:
                 self.save(probs, "probabilities (matmul)")
+        # HF returns the attention weights; the decoder layer keeps them (`_`) until it returns
+        self.hold(weights)
+        v2 = self.contiguous(low(v))
         unpack = (probs.n * probs.b + self.save(v2, "v (matmul)")) if rg else 0
         out = self.t(self.tok * qd, ob, rg)
-        return self.op(out, [probs, v2] if ins is None else [probs, qkv], unpack, temp=self.tok * qd * ob)
+        # forward: the product, then its transpose(1, 2).contiguous() copy
+        out = self.op(out, [probs, v2], unpack, temp=self.tok * qd * ob, fwd=self.tok * qd * ob)
+        if rep:
+            self.release(k, v)
+        return out
+
+    def contiguous(self, x: _T) -> _T:
+        """A view matmul cannot take as it is (GPT-2's q, k, v) is copied; its gradient passes through."""
+        return x if x.base is None else self.op(self.t(x.n, x.b, x.rg), [x])
 
     def moe(self, x: _T) -> _T:
-        """Mixtral's sparse MoE block (transformers 5: router, grouped_mm experts). Approximation:
-        the router logits, the gathered expert inputs and outputs and SwiGLU's tensors for the
-        k experts each token visits."""
-        p, n = self.p, self.tok
+        """Mixtral's sparse MoE block with transformers 5's grouped_mm experts
+        (integrations/moe.py, grouped_mm_experts_forward): the router (logits, fp32 softmax, top-k);
+        the S = k·n rows the tokens send to their experts, gathered; one grouped matmul to gate
+        and up (2f wide) and a masked copy; SwiGLU on its two halves; one grouped matmul down, a
+        masked copy weighted by the router, back in token order and summed over the k experts.
+        Three backward nodes: the down matmul and weighting, SwiGLU, the gather and gate_up
+        matmul. A grouped matmul keeps its input only when the expert weights train, and the
+        weights when its input needs a gradient."""
+        p, n, h, f = self.p, self.tok, self.p.hidden, self.p.ffn_hidden
         k_, e = p.config["num_experts_per_tok"], p.config["num_local_experts"]
-        a = 2 if self.mixed else x.b
+        a, rows = (2 if self.mixed else x.b), k_ * n
+        rg = x.rg or self.train
         u = 0
-        if x.rg or self.train:
-            for name, size in (("router logits", n * e * (a + 4)), ("expert inputs", k_ * n * p.hidden * a),
-                               ("expert outputs", k_ * n * p.hidden * a), ("gate", k_ * n * p.ffn_hidden * a),
-                               ("silu(gate)", k_ * n * p.ffn_hidden * a), ("up", k_ * n * p.ffn_hidden * a)):
-                u += self.save(self.t(size, 1, True), name)
-            if self.train:
-                u += self.save(self.t(k_ * n * p.ffn_hidden * a, 1, True), "down input")
-            if x.rg:         # grouped_mm saves the expert weights for dx (save_on_cpu brings them back)
-                u += e * 2 * p.hidden * p.ffn_hidden * self.pb     # gate_up, the larger of the two
-        temp = 3 * k_ * n * p.ffn_hidden * a
-        return self.op(self.t(n * p.hidden, a, x.rg or self.train), [x], u, temp)
+        if rg:
+            u += self.save(self.t(n * e * (a + 4), 1, False), "router logits, softmax")
+        if self.train:
+            u += self.save(self.t(rows * h, a, False), "expert inputs")
+        if x.rg:
+            u += e * 2 * f * h * self.pb
+        gu = self.op(self.t(rows * 2 * f, a, rg), [x], u, temp=rows * h * a, fwd=rows * h * a + rows * 2 * f * a,
+                     grad=0 if (self.accum or not self.train) else e * 2 * f * h * self.gb // self.shards)
+        u = (self.save(gu, "gate, up") + self.save(self.t(rows * f, a, rg), "silu(gate)")) if rg else 0
+        prod = self.op(self.t(rows * f, a, rg), [gu], u, fwd=rows * f * a)
+        u = self.save(prod, "down input") if self.train else 0
+        if rg:
+            u += self.save(self.t(rows * h, a, False), "expert outputs")
+        if x.rg:
+            u += e * h * f * self.pb
+        return self.op(self.t(n * h, a, rg), [prod], u, temp=2 * rows * h * a, fwd=3 * rows * h * a,
+                       grad=0 if (self.accum or not self.train) else e * h * f * self.gb // self.shards)
 
     # -- modules ----------------------------------------------------------------------------
     def checkpointed(self, x: _T, run):
@@ -642,6 +752,8 @@ class _Forward:
         sel = self.w.checkpointing == "selective"
         if sel:
             self.kept += x.n * x.b
+            if self.w.offload != "activations" or _kwarg_checkpoint_input(self.w, self.p):
+                self.hold(x)         # kept on the device for the recomputation (see activation_bytes)
         self.mute, self.in_attn = sel, True
         try:
             return run(x)
@@ -649,50 +761,105 @@ class _Forward:
             self.mute, self.in_attn = False, False
 
     def embeddings(self) -> _T:
+        """The embeddings' output (the first block's input). Under LoRA with full checkpointing
+        the word embeddings' output requires grad: transformers' gradient_checkpointing_enable()
+        calls enable_input_require_grads() for every model whose main input is input_ids
+        (modeling_utils.py, transformers 5), a forward hook doing `output.requires_grad_(True)`,
+        so that gradients reach the checkpointed blocks' frozen weights' inputs. It makes that
+        output a leaf that requires grad: its AccumulateGrad node holds it until the graph is freed
+        (`self.leaf`), and everything after it is differentiated."""
         p, h = self.p, self.p.hidden
-        x = self.t(self.tok * h, self.pb, self.train)
+        leaf = self.lora and self.w.checkpointing == "full"
+        x = self.t(self.tok * h, self.pb, self.train or leaf)
+        self.leaf = x if leaf else None
+        self.model_locals = [x]          # inputs_embeds (GPT-2 also position_embeds, [1, S, h])
+        if p.family == "gpt2":
+            pos = self.t(self.w.seq * h, self.pb, self.train)
+            self.model_locals.append(pos)
+            x = self.op(self.t(x.n, x.b, x.rg or pos.rg), [x, pos], alias=True)
         if p.family == "bert":
             x = self.layernorm(x, "embeddings LayerNorm")
         if p.family in ("gpt2", "bert"):
             x = self.dropout(x, "embeddings")
+        if p.family == "bert":
+            self.model_locals = [x]      # BertModel keeps embedding_output, the encoder's input
         return x
 
     def block(self, x: _T) -> _T:
+        """One block, as HF writes it. What Python locals keep alive besides autograd: the block's
+        input (the model's loop variable and the layer's `residual`) for the whole block; the
+        sublayer's (normalised) input while the sublayer runs; the attention's q, k, v until it
+        returns; the residual after attention while the MLP runs."""
         f = self.p.family
+        self.hold(x)
         if f == "gpt2":
             h = self.layernorm(x, "ln_1")
+            self.hold(h)
 
             def attn(h):
                 qkv = self.linear(h, "qkv")
+                self.hold(qkv)           # query, key, value: views of c_attn's output
                 q, k, v = (self.view(qkv, qkv.n // 3) for _ in range(3))
-                return self.dropout(self.linear(self.attention(q, k, v, qkv), "o"), "attention output")
-            r = self.add(x, self.checkpointed(h, attn))
-            u = self.linear(self.layernorm(r, "ln_2"), "up")
+                if qkv.rg:               # SplitBackward: once the three views' gradients are in, one d(qkv)
+                    self.tape.append(_Op(q, [qkv], attn=self.in_attn, also=(k, v)))
+                o = self.dropout(self.linear(self.attention(q, k, v, qkv), "o"), "attention output")
+                self.release(qkv)
+                return o
+            a = self.checkpointed(h, attn)
+            self.release(h)
+            r = self.add(x, a)
+            self.hold(r)
+            h2 = self.layernorm(r, "ln_2")
+            self.hold(h2)
+            u = self.linear(h2, "up")
             d = self.dropout(self.linear(self.gelu_new(u), "down"), "MLP output")
-            return self.add(r, d)
+            self.release(h2)
+            y = self.add(r, d)
+            self.release(r, x)
+            return y
         if f == "bert":
             def attn(x):
                 q, k, v = self.linear(x, "q"), self.linear(x, "k"), self.linear(x, "v")
-                o = self.dropout(self.linear(self.attention(q, k, v), "o"), "attention output")
+                self.hold(q, k, v)
+                o = self.attention(q, k, v)
+                self.release(q, k, v)
+                o = self.dropout(self.linear(o, "o"), "attention output")
                 return self.layernorm(self.add(o, x), "attention LayerNorm")
             a = self.checkpointed(x, attn)
+            self.hold(a)                 # attention_output, the FFN's input and residual
             d = self.dropout(self.linear(self.gelu(self.linear(a, "up")), "down"), "output")
-            return self.layernorm(self.add(d, a), "output LayerNorm")
+            y = self.layernorm(self.add(d, a), "output LayerNorm")
+            self.release(a, x)
+            return y
         # llama / mixtral: RoPE multiplies by cos/sin in the embeddings' dtype (saves only those)
         h = self.rmsnorm(x, "input RMSNorm")
+        self.hold(h)
 
         def attn(h):
             q, k, v = self.linear(h, "q"), self.linear(h, "k"), self.linear(h, "v")
-            q = self.op(self.t(q.n, max(q.b, self.pb), q.rg), [q], temp=q.n * max(q.b, self.pb))
-            k = self.op(self.t(k.n, max(k.b, self.pb), k.rg), [k], temp=k.n * max(k.b, self.pb))
-            return self.linear(self.attention(q, k, v), "o")
-        r = self.add(x, self.checkpointed(h, attn))
+            self.hold(q, k, v)
+            # q·cos + rotate_half(q)·sin: both products exist while their sum is written
+            q2 = self.op(self.t(q.n, max(q.b, self.pb), q.rg), [q], temp=q.n * max(q.b, self.pb),
+                         fwd=2 * q.n * max(q.b, self.pb))
+            self.hold(q2)
+            k2 = self.op(self.t(k.n, max(k.b, self.pb), k.rg), [k], temp=k.n * max(k.b, self.pb),
+                         fwd=2 * k.n * max(k.b, self.pb))
+            self.hold(k2)
+            self.release(q, k)              # rebound to the rotated ones
+            o = self.linear(self.attention(q2, k2, v), "o")
+            self.release(q2, k2, v)
+            return o
+        a = self.checkpointed(h, attn)
+        self.release(h)
+        r = self.add(x, a)
+        self.hold(r)
         h2 = self.rmsnorm(r, "post-attention RMSNorm")
-        if f == "llama":
-            d = self.linear(self.silu_mul(self.linear(h2, "gate"), self.linear(h2, "up")), "down")
-        else:
-            d = self.moe(h2)
-        return self.add(r, d)
+        self.hold(h2)
+        d = self.swiglu(h2) if f == "llama" else self.moe(h2)
+        self.release(h2)
+        y = self.add(r, d)
+        self.release(r, x)
+        return y
 
     def head(self, x: _T) -> _T:
         """Final norm and LM head (BERT: the MLM transform first); returns the logits."""
@@ -759,6 +926,8 @@ def _backward_peak(tape: list[_Op], grad_out: _T, saved: dict[int, int], offload
             if summed:
                 peak = max(peak, held + sum(live.values()) + sum(new.values()) + summed)
         del live[op.out.id]
+        for x in op.also:
+            live.pop(x.id, None)
         keeper = min((x.id for x in aliases), default=None)
         for x in aliases:
             if x.id not in live:
@@ -789,8 +958,19 @@ def _forward(w: Workload, p: Preset, fused_gelu: bool = False, recompute: str | 
     out = {"block_input": x_in.n * x_in.b, "logits_bytes_per_elem": logits.b,
            "first_fwd": f1.fwd_peak, "rest_fwd": f2.fwd_peak, "first_fwd_rc": f1.fwd_peak_rc,
            "rest_fwd_off": f2.fwd_peak_off,
-           "rest_fwd_rc": f2.fwd_peak_rc, "out_bytes": y.n * y.b}
+           "rest_fwd_rc": f2.fwd_peak_rc, "out_bytes": y.n * y.b,
+           "rest_wcache": f2.wcache, "rest_wsave": f2.wsave,
+           # whether a block's backward keeps its input's storage (e.g. RMSNorm's x.float() of fp32 x)
+           "first_saves_input": x_in.id in f1.saved, "rest_saves_input": x.id in f2.saved}
     offload = w.offload == "activations"
+    # the model's locals (inputs_embeds, ...) while the blocks run, where no other count has them
+    # on the device; the leaf enable_input_require_grads makes, for the whole step
+    counted = set() if offload else set(f.saved) | (set() if w.checkpointing == "full" else set(f1.saved))
+    if w.checkpointing == "full" and not offload:
+        counted.add(x_in.id)             # the first checkpoint's input
+    leaf = f.leaf
+    out["leaf"] = 0 if leaf is None or leaf.id in counted else leaf.n * leaf.b
+    out["model_held"] = sum(t.n * t.b for t in f.model_locals if t.id not in counted and t is not leaf)
     for part, fw in (("emb", f), ("first", f1), ("rest", f2), ("head", f3)):
         out[part], out[part + "_casts"], out[part + "_kept"], out[part + "_cached"] = \
             fw.total(), fw.casts, fw.kept, fw.cached
@@ -1008,15 +1188,29 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     else:
         own_rest = (fw["rest_kept"] if _kwarg_checkpoint_input(w, p) else 0) if off else fw["rest"] + fw["rest_kept"]
     ws_rest, ws_first = full["rest_ws"], full["first_ws"]
-    if ckpt == "full":      # the recomputation's forward, with the block's output gradient waiting
-        ws_rest = max(ws_rest, full["rest_fwd_rc"] + fw["out_bytes"])
-        ws_first = max(ws_first, full["first_fwd_rc"] + fw["out_bytes"])
-    ws_rest += (fw["rest_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
-    ws_first += (fw["first_kept"] if ckpt != "none" else 0) + (fw["block_input"] if ckpt == "full" else 0)
-    # the last block's forward: the blocks before it saved, and it running (not checkpointed)
-    # (under save_on_cpu the saved tensors are on the host, but the running op's inputs, output and
-    # temporaries are on the device, with the residual stream the layer holds for its skip connection)
-    fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else fw["rest_fwd_off"] + fw["block_input"])
+    if ckpt == "full":
+        # the checkpoint's input (one storage with what the recomputation saves of it), and the
+        # recomputation's forward (whose walk holds that input) with the output's gradient waiting
+        ws_rest = max(ws_rest + (0 if full["rest_saves_input"] else fw["block_input"]),
+                      full["rest_fwd_rc"] + fw["out_bytes"])
+        ws_first = max(ws_first + (0 if full["first_saves_input"] else fw["block_input"]),
+                       full["first_fwd_rc"] + fw["out_bytes"])
+    elif ckpt == "selective":
+        ws_rest, ws_first = ws_rest + fw["rest_kept"], ws_first + fw["first_kept"]
+    # the last block's forward: the blocks before it saved, and it running (not checkpointed): its
+    # saved tensors so far, its locals, the running op and the weight copies made so far (under
+    # save_on_cpu the saved tensors, and the frozen weights' copies saved with them, are on the host)
+    fwd_last = 0 if ckpt == "full" else (fw["rest_fwd"] if not off else fw["rest_fwd_off"])
+    # the weight copies the last block (part of fwd_last) and the LM head have not made yet
+    not_yet = 0 if ckpt == "full" else fw["rest_wcache"] + (0 if off else fw["rest_wsave"])
+    not_yet += (fw["head_cached"] if not w.zero else 0) + (0 if off else fw["head_casts"])
+    leaf = fw["leaf"]
+    # eager attention's additive causal mask, [B, 1, S, S] in the embeddings' dtype (transformers'
+    # create_causal_mask; BERT attends both ways and builds none): the model keeps it while the
+    # blocks run, and a checkpoint (it is a keyword argument of the checkpointed call) until the
+    # last recomputation
+    mask = w.batch * w.seq * w.seq * pb if (w.attention == "eager" and p.family != "bert") else 0
+    kept_mask = mask if ckpt != "none" else 0
     # at the end only the embeddings' saved tensors are left besides block 0's
     emb_saved = 0 if off else fw["emb"]
     # the LM head's saved weight copy is freed once its node ran; the last block's copies are part
@@ -1036,27 +1230,31 @@ def estimate(w: Workload, qlora: bool | None = None, device: str = "cuda") -> Es
     if w.offload == "activations":
         head_unpack = p.vocab * p.hidden * (2 if w.mixed else pb) + w.batch * w.seq * p.hidden * pb
     phases = {
-        "block_forward": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
-                              activations=act - own_rest - (0 if off else fw["head"]), logits_and_loss=0,
-                              temporaries=zero3_gather + fwd_last, cuda_overhead=ws),
+        "block_forward": dict(parameters=weights + cache + casts - not_yet, gradients=grads_now,
+                              optimizer_state=state,
+                              activations=act - own_rest - (0 if off else fw["head"]) + fw["model_held"] + leaf + mask,
+                              logits_and_loss=0, temporaries=zero3_gather + fwd_last, cuda_overhead=ws),
         "forward_end": dict(parameters=weights + cache + casts, gradients=grads_now, optimizer_state=state,
-                            activations=act, logits_and_loss=lg["forward_end"], temporaries=zero3_gather,
+                            activations=act + leaf + kept_mask, logits_and_loss=lg["forward_end"],
+                            temporaries=zero3_gather,
                             cuda_overhead=ws),
         "backward_start": dict(parameters=weights + cached_bwd + casts, gradients=grads_now,
-                               optimizer_state=state, activations=act, logits_and_loss=lg["backward_start"],
+                               optimizer_state=state, activations=act + leaf + kept_mask,
+                               logits_and_loss=lg["backward_start"],
                                temporaries=zero3_gather, cuda_overhead=ws),
         # the LM head's backward: the logits' gradient (in the logits' dtype) and the head's weight gradient
         "head_backward": dict(parameters=weights + cached_bwd + casts, gradients=grads_now + head_grad_now,
-                              optimizer_state=state, activations=act,
+                              optimizer_state=state, activations=act + leaf + kept_mask,
                               logits_and_loss=w.batch * w.seq * (p.vocab * fw["logits_bytes_per_elem"] + 8) + head_unpack,
                               temporaries=zero3_gather, cuda_overhead=ws),
         "block_backward": dict(parameters=weights + cached_bwd + casts - head_copies - rest_copies,
                                gradients=grads_now + head_grad_now, optimizer_state=state,
-                               activations=act - own_rest, logits_and_loss=0,
+                               activations=act - own_rest - (0 if off else fw["head"]) + leaf + kept_mask,
+                               logits_and_loss=0,
                                temporaries=zero3_gather + ws_rest, cuda_overhead=ws),
         "backward_end": dict(parameters=weights,
                              gradients=grads - full["first_grads"] - (0 if tied or w.accum > 1 else emb_grad),
-                             optimizer_state=state, activations=emb_saved, logits_and_loss=0,
+                             optimizer_state=state, activations=emb_saved + leaf + kept_mask, logits_and_loss=0,
                              temporaries=zero3_gather + ws_first, cuda_overhead=ws),
         "optimizer_step": dict(parameters=weights, gradients=grads, optimizer_state=state, activations=0,
                                logits_and_loss=0, temporaries=temp_opt, cuda_overhead=ws),
@@ -1184,6 +1382,13 @@ def _act_note(w, p, act, peak):
         s += f"梯度累积：激活只与 micro-batch 有关，与累积步数 {w.accum} 无关。"
     if w.lora_rank:
         s += "LoRA：冻结层的输入不必保存（不需要它们的权重梯度），但梯度仍要流过所有层。"
+        if w.checkpointing == "full":
+            s += ("全量检查点 + LoRA：transformers 的 gradient_checkpointing_enable() 会调用 enable_input_require_grads()，"
+                  "词嵌入的输出因此需要梯度，成了叶子张量，由它的 AccumulateGrad 节点一直持有到计算图释放；第一层也像其它层一样"
+                  "为反向保存张量。")
+    if w.attention == "eager" and p.family != "bert":
+        s += ("eager 注意力还有一个因果掩码 B·S² ×（词嵌入的精度）（transformers 的 create_causal_mask）：前向期间一直存在，"
+              "用检查点时作为关键字参数被检查点留到最后一次重算。")
     if w.qlora:
         s += "QLoRA：非量化参数是 FP32，4 位层把输出转回输入的精度，所以残差流和大部分激活值是 FP32。"
     return s
@@ -1205,6 +1410,9 @@ def _temp_note(w, temp_opt, gather, dequant, emb_extra, peak):
         s += f"ZeRO-3：当前层与预取层的完整权重（{_mib(gather)}）。"
     if dequant:
         s += f"QLoRA：每次矩阵乘前把一层 NF4 权重反量化为计算精度（{_mib(dequant)}）。"
+    if peak == "block_forward" or (peak == "block_backward" and w.checkpointing != "none"):
+        s += ("一层的前向（或反向时的重算）里，除了 autograd 保存的张量，还有各模块的 Python 局部变量引用着的张量："
+              "层的输入与残差、归一化的输出、注意力的 q/k/v、peft 把输入转成 FP32 的副本、正在计算的算子的输入和输出。")
     return s
 
 

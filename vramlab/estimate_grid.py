@@ -3,6 +3,7 @@
     python -m vramlab.estimate_grid                  # full-size sample configs, FakeTensorMode
     python -m vramlab.estimate_grid --twins          # the small twins the test suite uses
     python -m vramlab.estimate_grid --limit 40 --json
+    python -m vramlab.estimate_grid --limit 40 --record   # append the summary to the performance history
 
 One *case* is a choice on every axis: precision × method (full fine-tuning, LoRA with its target
 modules, QLoRA) × activation checkpointing × optimizer × activation offload × accumulation ×
@@ -325,6 +326,22 @@ def report(rows: list[dict], out=None) -> None:
             print(f"  出错：{Case(**{k: r[k] for k in AXES}).label()}：{r['error']}", file=out)
 
 
+def record_figures(rows: list[dict], twin: bool) -> dict:
+    """The history entry's figures (vramlab.perf): cases, how many within TOLERANCE, the worst
+    error overall and, per axis, the worst of each option."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    worst = worst_per_option(rows)
+    figures = {"模型": "2 层双胞胎" if twin else "完整示例配置", "后端": "sim (FakeTensorMode)", "组合": len(rows),
+               f"±{TOLERANCE:.0%} 以内": sum(abs(r["error_rel"]) <= TOLERANCE for r in ok),
+               "最大偏差": f"{100 * max((r['error_rel'] for r in ok), key=abs, default=0.0):+.1f}%"}
+    for n in ("error", "unsupported"):
+        if any(r["status"] == n for r in rows):
+            figures["出错" if n == "error" else "不支持"] = sum(r["status"] == n for r in rows)
+    for axis, values in worst.items():
+        figures[axis] = " / ".join(f"{v} {100 * e:+.1f}%" for v, (e, _n, _k) in values.items())
+    return figures
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -340,6 +357,8 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="只跑抽样出的前 N 种组合")
     parser.add_argument("--model", default=None, help="只跑这个模型（例如 llama-3.1-8b）；可选：" + "、".join(MODELS))
     parser.add_argument("--json", action="store_true", help="输出一个 JSON 对象（每种组合一行数据）")
+    parser.add_argument("--record", action="store_true",
+                        help="把这次的结果（组合数、容差内的个数、各选项的最大偏差）追加到 vramlab/data/perf/history.jsonl")
     args = parser.parse_args(argv)
     cases = covering_cases()
     if args.model:
@@ -349,20 +368,25 @@ def main(argv=None) -> int:
     if args.limit:
         cases = cases[:args.limit]
 
-    def progress(i, n, r):
-        if not args.json:
-            print(f"\r{i}/{n} {r['model']} {100 * r['error_rel']:+.1f}%   ", end="", file=sys.stderr, flush=True)
+    def progress(i, n, r):      # on stderr: a long run shows where it is even with --json
+        print(f"\r{i}/{n} {r['model']} {100 * r['error_rel']:+.1f}%   ", end="", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
     rows = run(cases, twin=args.twins, progress=progress)
-    if not args.json:
-        print(file=sys.stderr)
+    seconds = time.perf_counter() - t0
+    print(file=sys.stderr)
+    if args.record:
+        from .perf import record
+
+        command = "python -m vramlab.estimate_grid" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+        record("estimate-grid", command, record_figures(rows, args.twins),
+               note=f"耗时 {seconds / 60:.0f} 分钟；偏差 = 估算 / 模拟设备的稳态已分配峰值 − 1")
     if args.json:
         print(json.dumps({"rows": rows, "worst_per_option": worst_per_option(rows), "tolerance": TOLERANCE,
-                          "twins": args.twins, "seconds": round(time.perf_counter() - t0, 1)}, ensure_ascii=False))
+                          "twins": args.twins, "seconds": round(seconds, 1)}, ensure_ascii=False))
     else:
         report(rows)
-        print(f"\n耗时 {time.perf_counter() - t0:.0f} 秒（{'2 层双胞胎' if args.twins else '完整示例配置'}）")
+        print(f"\n耗时 {seconds:.0f} 秒（{'2 层双胞胎' if args.twins else '完整示例配置'}）")
     return 0
 
 

@@ -841,6 +841,36 @@ def bench(paths=None, out=sys.stdout, as_json: bool = False) -> list[dict]:
 SWEEP_CARDS_GIB = (16, 24, 48, 80)
 
 
+def bench_figures(rows: list[dict]) -> dict:
+    """`vramlab plan --bench --record`: the history entry's figures (vramlab.perf)."""
+    ratios = [r["ratio"] for r in rows]
+    return {"估算/模拟设备 最小": round(min(ratios), 4), "最大": round(max(ratios), 4),
+            "示例 config": len({r["config"] for r in rows})}
+
+
+def sweep_figures(rows: list[dict], cards=SWEEP_CARDS_GIB) -> dict:
+    """`vramlab plan --bench --sweep --record`: how many picks, how many verified to fit, the
+    next-micro-batch checks, and per sample config one mark per pick on each card (✓ checked and
+    right, ✗ wrong, · not verified on the simulated device, — nothing fits)."""
+    picks = [r for r in rows if r["pick_status"] != "-"]      # "-": nothing fits that card
+    checked_next = [r for r in rows if r["next_batch"] and not r["next_fits_estimate"] and r["next_sim"]]
+    figures = {"显卡 GiB": "/".join(str(c) for c in cards), "推荐方案": len(picks),
+               "模拟设备上装得下": sum(bool(r["pick_fits"]) for r in picks),
+               "未在模拟设备上验证": sum(r["pick_status"] == "skipped" for r in picks),
+               "下一档（估算装不下）核对": len(checked_next),
+               "其中模拟其实装得下": sum(r["next_sim"] == "fits" for r in checked_next),
+               "全部通过": all(r["ok"] for r in rows)}
+    for config in dict.fromkeys(r["config"] for r in rows):
+        cells = []
+        for gib in cards:
+            mine = [r for r in rows if r["config"] == config and r["card_gib"] == gib]
+            marks = "".join("—" if r["pick_status"] == "-" else ("·" if r["pick_status"] == "skipped" else
+                                                                  ("✓" if r["ok"] else "✗")) for r in mine)
+            cells.append(f"{gib}:{marks}")
+        figures[config] = " ".join(cells)
+    return figures
+
+
 def check_plan(plan: dict) -> list[dict]:
     """One row per recommendation: does the pick fit on the simulated device, and where the plan
     says the next micro-batch up does not fit, does it indeed not?"""
@@ -911,6 +941,8 @@ def add_arguments(p) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="与 --bench 同用：每个示例配置 × 16/24/48/80 GiB，在模拟设备上核对每个推荐方案和下一档微批次（很慢）")
     p.add_argument("--json", action="store_true", help="输出一个 JSON 对象")
+    p.add_argument("--record", action="store_true",
+                   help="与 --bench（或 --bench --sweep）同用：把结果追加到 vramlab/data/perf/history.jsonl")
 
 
 def run(args) -> int:
@@ -918,12 +950,23 @@ def run(args) -> int:
     if args.cards:
         cards_table()
         return 0
+    if getattr(args, "record", False) and not args.bench:
+        raise WorkloadError("--record 只能与 --bench（或 --bench --sweep）同用：它记录的是基准的结果")
     if args.bench:
+        from .perf import record
+
+        t0 = time.perf_counter()
         if args.sweep:
             progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
             rows = sweep(as_json=args.json, progress=progress)
+            if getattr(args, "record", False):
+                record("plan-sweep", "vramlab plan --bench --sweep --record", sweep_figures(rows),
+                       note=f"耗时 {(time.perf_counter() - t0) / 60:.0f} 分钟；每个示例 config 在每种显存上取前 3 个方案")
             return 0 if all(r["ok"] for r in rows) else 1
-        bench(as_json=args.json)
+        rows = bench(as_json=args.json)
+        if getattr(args, "record", False):
+            record("plan-bench", "vramlab plan --bench --record", bench_figures(rows),
+                   note=f"耗时 {(time.perf_counter() - t0) / 60:.0f} 分钟")
         return 0
     if not args.card:
         raise WorkloadError("需要 --card，例如 --card T4、--card A100-80GB 或 --card 24GiB（--cards 列出型号）")

@@ -179,7 +179,9 @@
   }
 
   // ---------------------------------------------------------------- the symbolic forward (_Forward)
-  function T(n, b, rg, id, base) { this.n = n; this.b = b; this.rg = rg; this.id = id; this.base = base || null; }
+  function T(n, b, rg, id, base, ghost) {
+    this.n = n; this.b = b; this.rg = rg; this.id = id; this.base = base || null; this.ghost = !!ghost;
+  }
 
   function Fwd(w, p, ids, sim) {
     this.w = w; this.p = p; this.sim = !!sim;
@@ -192,7 +194,9 @@
     this.gb = (w.zero && w.mixed) ? 2 : this.pb; this.shards = w.zero >= 2 ? w.gpus : 1;
     this.saved = {}; this.savedOrder = []; this.names = []; this.tape = []; this.pending = [];
     this.casts = 0; this.kept = 0; this.cached = 0; this.mute = false; this.inAttn = false;
-    this.fwdPeak = 0; this.fwdPeakRc = 0; this.fwdPeakOff = 0; this.wheld = 0; this.linger = 0; this.ids = ids || 0;
+    this.held = {}; this.refs = {};     // storages the running modules' Python locals reference
+    this.fwdPeak = 0; this.fwdPeakRc = 0; this.fwdPeakOff = 0; this.wheld = 0; this.wcache = 0; this.wsave = 0;
+    this.modelLocals = []; this.leaf = null; this.ids = ids || 0;
   }
   Fwd.prototype.t = function (n, b, rg) { this.ids += 1; return new T(n, b, rg, this.ids); };
   Fwd.prototype.view = function (x, n) { this.ids += 1; return new T(n, x.b, x.rg, this.ids, x.base || x); };
@@ -205,20 +209,44 @@
     return x.n * x.b;
   };
   Fwd.prototype.total = function () { var t = 0, s = this.saved; this.savedOrder.forEach(function (id) { t += s[id]; }); return t; };
-  // extra: {fwd, grad, early, wcopy} (the keyword arguments of _Forward.op)
+  Fwd.prototype.hold = function () {
+    for (var i = 0; i < arguments.length; i++) {
+      var s = arguments[i].base || arguments[i];
+      if (!s.ghost) { this.held[s.id] = s.n * s.b; this.refs[s.id] = (this.refs[s.id] || 0) + 1; }
+    }
+  };
+  Fwd.prototype.release = function () {
+    for (var i = 0; i < arguments.length; i++) {
+      var sid = (arguments[i].base || arguments[i]).id;
+      if (sid in this.refs) {
+        this.refs[sid] -= 1;
+        if (!this.refs[sid]) { delete this.refs[sid]; delete this.held[sid]; }
+      }
+    }
+  };
+  // _Forward.moment: saved so far, what locals hold, `alive` (each storage once) and `extra` bytes
+  Fwd.prototype.moment = function (alive, extra) {
+    var dev = {}, k, devSum = 0, liveSum;
+    for (k in this.held) dev[k] = this.held[k];
+    alive.forEach(function (x) { var b = x.base || x; if (!b.ghost) dev[b.id] = b.n * b.b; });
+    for (k in dev) devSum += dev[k];
+    liveSum = devSum;
+    for (k in this.saved) if (!(k in dev)) liveSum += this.saved[k];
+    extra = extra || 0;
+    this.fwdPeak = Math.max(this.fwdPeak, liveSum + extra + this.wcache + this.wsave);
+    this.fwdPeakOff = Math.max(this.fwdPeakOff, devSum + extra + this.wcache);
+    this.fwdPeakRc = Math.max(this.fwdPeakRc, liveSum + extra + this.wheld);
+  };
+  // extra: {fwd, grad, early, wcopy, account} (the keyword arguments of _Forward.op)
   Fwd.prototype.op = function (out, ins, unpack, temp, alias, extra) {
     var x = extra || {};
-    var now = this.total() + out.n * out.b + (x.fwd || 0) + this.linger;
-    this.fwdPeak = Math.max(this.fwdPeak, now);
-    var seen = {}, insB = 0;      // under save_on_cpu: the op's inputs (each storage once), output and temporaries
-    ins.forEach(function (t) { var b = t.base || t; if (!seen[b.id]) { seen[b.id] = true; insB += b.n * b.b; } });
-    this.fwdPeakOff = Math.max(this.fwdPeakOff, insB + out.n * out.b + (x.fwd || 0) + this.linger);
     this.wheld += x.wcopy || 0;
-    this.fwdPeakRc = Math.max(this.fwdPeakRc, now + this.wheld);
+    if (x.account !== false && !out.ghost) this.moment(ins.concat([out]), x.fwd || 0);
     var saved = this.pending; this.pending = [];
     if (out.rg)
       this.tape.push({ out: out, ins: ins.filter(function (t) { return t.rg; }), unpack: unpack || 0, temp: temp || 0,
-        alias: !!alias, saved: saved, attn: this.inAttn, grad: x.grad || 0, early: x.early || 0, wcopy: x.wcopy || 0 });
+        alias: !!alias, saved: saved, attn: this.inAttn, grad: x.grad || 0, early: x.early || 0, wcopy: x.wcopy || 0,
+        also: [] });
     return out;
   };
   Fwd.prototype.cast = function (x, b) { return x.b === b ? x : this.op(this.t(x.n, b, x.rg), [x]); };
@@ -229,10 +257,11 @@
   };
   Fwd.prototype.linear = function (x, name) {
     var io = this.shape(name), i = io[0], o = io[1], y;
+    this.hold(x);
     if (this.nf4 && name !== "head") {
       var casts = this.cb !== x.b ? this.tok * (i + o) * this.cb : 0;
-      y = this.op(this.t(this.tok * o, x.b, x.rg), [x], nf4Bytes(i * o), i * o * this.cb + casts, false,
-        { fwd: i * o * this.cb + casts });
+      this.moment([x], i * o * this.cb + (casts || this.tok * o * x.b));
+      y = this.op(this.t(this.tok * o, x.b, x.rg), [x], nf4Bytes(i * o), i * o * this.cb + casts, false, { fwd: casts });
     } else {
       var xc = this.mixed ? this.cast(x, 2) : x, wb = this.mixed ? 2 : this.pb, unpack = 0, wcopy = 0;
       if (this.train) {
@@ -240,6 +269,10 @@
         if (this.mixed && !this.mute) this.cached += i * o * 2;
       } else if (this.mixed && x.rg && !this.mute) this.casts += i * o * 2;
       if (this.mixed && (x.rg || this.train) && !this.w.zero) wcopy = i * o * 2;
+      var wcache = (this.mixed && this.train && !this.w.zero) ? i * o * 2 : 0;
+      var wsave = (this.mixed && !this.train && x.rg && !this.mute && !this.w.zero) ? i * o * 2 : 0;
+      this.wcache += wcache; this.wsave += wsave;
+      var transient = (this.mixed && !this.w.zero && !(wcache || wsave)) ? i * o * 2 : 0;
       if (x.rg) unpack += i * o * wb;
       var temp = 0, grad = 0;
       if (this.train) {
@@ -247,22 +280,33 @@
         grad = this.accum ? 0 : floorDiv(i * o * this.gb, this.shards);
       }
       y = this.op(this.t(this.tok * o, this.mixed ? 2 : x.b, x.rg || this.train), [xc], unpack, temp, false,
-        { grad: grad, wcopy: wcopy });
+        { grad: grad, wcopy: wcopy, fwd: transient });
     }
-    if (this.targets.indexOf(name) >= 0) {
-      var r = this.w.lora_rank, xa;
-      if (this.mixed) xa = this.op(this.t(x.n, 2, x.rg), [this.cast(x, 4)]);
-      else xa = this.cast(x, 4);
-      var ab = this.mixed ? 2 : 4;
-      var a = this.op(this.t(this.tok * r, ab, true), [xa], this.save(xa, name + " lora_A input") + r * i * ab, 0, false,
-        { grad: this.accum ? 0 : r * i * 4 });
-      var lo = this.op(this.t(this.tok * o, ab, true), [a], this.save(a, name + " lora_A output") + r * o * ab, 0, false,
-        { grad: this.accum ? 0 : r * o * 4 });
-      if (this.mixed && !this.mute) this.cached += r * (i + o) * 2;
-      y = this.op(this.t(y.n, y.b, true), [y, this.cast(lo, y.b)], 0, 0, true,
-        { fwd: this.tok * o * (ab + ((ab === 4 && y.b === 2) ? 4 : 0)) });
-    }
+    if (this.targets.indexOf(name) >= 0) y = this.adapter(x, y, name);
+    this.release(x);
     return y;
+  };
+  // _Forward.adapter (peft's lora.Linear.forward)
+  Fwd.prototype.adapter = function (x, y, name) {
+    var io = this.shape(name), i = io[0], o = io[1], r = this.w.lora_rank, n = this.tok * o;
+    this.hold(y);
+    var x32 = this.cast(x, 4);
+    this.hold(x32);
+    var xa = this.mixed ? this.op(this.t(x.n, 2, x.rg), [x32]) : x32;
+    var ab = this.mixed ? 2 : 4;
+    var a = this.op(this.t(this.tok * r, ab, true), [xa], this.save(xa, name + " lora_A input") + r * i * ab, 0, false,
+      { grad: this.accum ? 0 : r * i * 4 });
+    var lo = this.op(this.t(n, ab, true), [a], this.save(a, name + " lora_A output") + r * o * ab, 0, false,
+      { grad: this.accum ? 0 : r * o * 4 });
+    if (this.mixed && !this.mute) this.cached += r * (i + o) * 2;
+    var sb = Math.max(y.b, ab);
+    this.moment([lo], n * ab);
+    this.moment([], n * ab + n * sb);
+    this.release(y);
+    var out = this.op(this.t(y.n, y.b, true), [y, this.castGrad(lo, y.b)], 0, 0, true, { account: false });
+    if (sb !== y.b) this.moment([], n * sb + n * y.b);
+    this.release(x32);
+    return out;
   };
   Fwd.prototype.layernorm = function (x, name) {
     if (!(x.rg || this.train)) return this.t(x.n, this.mixed ? 4 : x.b, false);
@@ -274,16 +318,22 @@
     var outB = Math.max(this.pb, x.b);
     if (!(x.rg || this.train)) return this.t(x.n, outB, false);
     var h32 = this.cast(x, 4), u = 0;
+    this.moment([x, h32], x.n * 4);
     if (x.rg) u += this.save(h32, name + " x.float()") + this.save(this.t(this.tok, 4, false), name + " rsqrt");
     if (this.train) u += this.save(this.t(x.n, x.b, true), name + " normalised");
-    return this.op(this.t(x.n, outB, true), [h32], u, 2 * x.n * 4);
+    var fwd = (x.b !== 4 ? x.n * 4 : 0) + (this.train ? 0 : x.n * x.b);
+    return this.op(this.t(x.n, outB, true), [h32], u, 2 * x.n * 4, false, { fwd: fwd });
   };
   Fwd.prototype.dropout = function (x, name) {
     if (!this.drop) return x;
     var u = x.rg ? this.save(this.t(x.n, 1, false), name + " dropout mask") : 0;
     return this.op(this.t(x.n, x.b, x.rg), [x], u);
   };
-  Fwd.prototype.castGrad = function (x, b) { return x.b === b ? x : this.op(this.t(x.n, b, x.rg), [x]); };
+  Fwd.prototype.castGrad = function (x, b) {     // a gradient's cast: no tensor in the forward
+    if (x.b === b) return x;
+    this.ids += 1;
+    return this.op(new T(x.n, b, x.rg, this.ids, null, true), [x]);
+  };
   Fwd.prototype.add = function (a, b) {
     var out = this.t(a.n, Math.max(a.b, b.b), a.rg || b.rg);
     return this.op(out, [this.castGrad(a, out.b), this.castGrad(b, out.b)], 0, 0, true);
@@ -296,17 +346,23 @@
     this.save(this.t(u.n, tb, true), "gelu: 1+tanh");
     this.save(this.t(u.n, u.b, true), "gelu: 0.5·x");
     return this.op(this.t(u.n, Math.max(u.b, tb), true), [u], x32.n * x32.b, 3 * u.n * tb + u.n * u.b, false,
-      { early: u.n * (2 * tb + u.b) });
+      { early: u.n * (tb + 2 * u.b) });
   };
   Fwd.prototype.gelu = function (u) {
     var s = u.rg ? this.save(u, "gelu input") : 0;
     return this.op(this.t(u.n, u.b, u.rg), [u], s);
   };
-  Fwd.prototype.siluMul = function (g, u) {
+  Fwd.prototype.swiglu = function (x) {
+    var g = this.linear(x, "gate");
     var s = this.op(this.t(g.n, g.b, g.rg), [g], g.rg ? this.save(g, "gate") : 0);
+    this.hold(s);
+    var u = this.linear(x, "up");
     var unpack = (u.rg ? this.save(s, "silu(gate)") : 0) + (s.rg ? this.save(u, "up") : 0);
-    return this.op(this.t(g.n, Math.max(s.b, u.b), s.rg || u.rg), [s, u], unpack);
+    var m = this.op(this.t(g.n, Math.max(s.b, u.b), s.rg || u.rg), [s, u], unpack);
+    this.release(s);
+    return this.linear(m, "down");
   };
+  Fwd.prototype.contiguous = function (x) { return x.base === null ? x : this.op(this.t(x.n, x.b, x.rg), [x]); };
   Fwd.prototype.attention = function (q, k, v, qkv) {
     var self = this, p = this.p, w = this.w, rg = q.rg || k.rg || v.rg, hd = p.head_dim, qd = p.heads * hd;
     var low = this.mixed ? function (x) { return self.cast(x, 2); } : function (x) { return x; };
@@ -326,93 +382,153 @@
       return this.op(out, ins || [q2, k2, v2], u, temp);
     }
     var scores = w.batch * p.heads * w.seq * w.seq;
-    if (isLlama(p) && p.kv_heads < p.heads) {
+    var rep = isLlama(p) && p.kv_heads < p.heads;
+    if (rep) {
       k = this.op(this.t(this.tok * qd, k.b, k.rg), [k]);
       v = this.op(this.t(this.tok * qd, v.b, v.rg), [v]);
+      this.hold(k, v);
     }
-    q2 = low(q); k2 = low(k); v2 = low(v);
+    q2 = this.contiguous(low(q)); k2 = this.contiguous(low(k));
     var sIn = (this.mixed || q.b === 2) ? 2 : 4;
     var sm = (isLlama(p) || this.mixed || q.b === 4) ? 4 : 2;
     var pm = this.mixed ? 2 : q.b;
     var qk = this.op(this.t(scores, sIn, rg), [q2, k2], rg ? this.save(q2, "q (matmul)") + this.save(k2, "k (matmul)") : 0);
     qk = this.op(this.t(scores, sIn, rg), [qk]);
-    var probs = this.t(scores, sm, rg);
+    var probs = this.t(scores, sm, rg), weights;
     if (this.sim && sm === 4 && sIn === 2) qk = this.cast(qk, 4);
     probs = this.op(probs, [qk], rg ? this.save(probs, "softmax(scores)") : 0);
+    var pd = isLlama(p) ? q.b : (p.family === "gpt2" ? v.b : sm);
     if (this.drop) {
       var mask = rg ? this.save(this.t(scores, 1, false), "attention dropout mask") : 0;
-      var pd = isLlama(p) ? q.b : (this.mixed ? 2 : q.b);
-      probs = this.op(this.t(scores, pd, rg), [this.cast(probs, pd)], mask);
-      this.linger += probs.b !== pm ? probs.n * probs.b : 0;
+      probs = weights = this.op(this.t(scores, pd, rg), [this.cast(probs, pd)], mask);
       probs = this.cast(probs, pm);
       if (rg) this.save(probs, "attention dropout output");
     } else {
+      weights = probs;
       probs = this.cast(probs, pm);
+      if (pd !== weights.b) weights = probs;
       if (rg) this.save(probs, "probabilities (matmul)");
     }
+    this.hold(weights);
+    v2 = this.contiguous(low(v));
     var unpackPv = rg ? probs.n * probs.b + this.save(v2, "v (matmul)") : 0;
     out = this.t(this.tok * qd, ob, rg);
-    return this.op(out, ins === null ? [probs, v2] : [probs, qkv], unpackPv, this.tok * qd * ob);
+    out = this.op(out, [probs, v2], unpackPv, this.tok * qd * ob, false, { fwd: this.tok * qd * ob });
+    if (rep) this.release(k, v);
+    return out;
   };
   Fwd.prototype.moe = function (x) {
-    var p = this.p, n = this.tok, k = p.num_experts_per_tok, e = p.num_local_experts;
-    var a = this.mixed ? 2 : x.b, u = 0, self = this;
-    if (x.rg || this.train) {
-      [["router logits", n * e * (a + 4)], ["expert inputs", k * n * p.hidden * a], ["expert outputs", k * n * p.hidden * a],
-        ["gate", k * n * p.ffn_hidden * a], ["silu(gate)", k * n * p.ffn_hidden * a], ["up", k * n * p.ffn_hidden * a]]
-        .forEach(function (ns) { u += self.save(self.t(ns[1], 1, true), ns[0]); });
-      if (this.train) u += this.save(this.t(k * n * p.ffn_hidden * a, 1, true), "down input");
-      if (x.rg) u += e * 2 * p.hidden * p.ffn_hidden * this.pb;
-    }
-    return this.op(this.t(n * p.hidden, a, x.rg || this.train), [x], u, 3 * k * n * p.ffn_hidden * a);
+    var p = this.p, n = this.tok, h = p.hidden, f = p.ffn_hidden, k = p.num_experts_per_tok, e = p.num_local_experts;
+    var a = this.mixed ? 2 : x.b, rows = k * n, rg = x.rg || this.train, u = 0;
+    if (rg) u += this.save(this.t(n * e * (a + 4), 1, false), "router logits, softmax");
+    if (this.train) u += this.save(this.t(rows * h, a, false), "expert inputs");
+    if (x.rg) u += e * 2 * f * h * this.pb;
+    var gu = this.op(this.t(rows * 2 * f, a, rg), [x], u, rows * h * a, false,
+      { fwd: rows * h * a + rows * 2 * f * a, grad: (this.accum || !this.train) ? 0 : floorDiv(e * 2 * f * h * this.gb, this.shards) });
+    u = rg ? this.save(gu, "gate, up") + this.save(this.t(rows * f, a, rg), "silu(gate)") : 0;
+    var prod = this.op(this.t(rows * f, a, rg), [gu], u, 0, false, { fwd: rows * f * a });
+    u = this.train ? this.save(prod, "down input") : 0;
+    if (rg) u += this.save(this.t(rows * h, a, false), "expert outputs");
+    if (x.rg) u += e * h * f * this.pb;
+    return this.op(this.t(n * h, a, rg), [prod], u, 2 * rows * h * a, false,
+      { fwd: 3 * rows * h * a, grad: (this.accum || !this.train) ? 0 : floorDiv(e * h * f * this.gb, this.shards) });
   };
   Fwd.prototype.checkpointed = function (x, run) {
     var sel = this.w.checkpointing === "selective";
-    if (sel) this.kept += x.n * x.b;
+    if (sel) {
+      this.kept += x.n * x.b;
+      if (this.w.offload !== "activations" || kwargCheckpointInput(this.w, this.p)) this.hold(x);
+    }
     this.mute = sel; this.inAttn = true;
     var y = run.call(this, x);
     this.mute = false; this.inAttn = false;
     return y;
   };
+  // _Forward.embeddings (LoRA + full checkpointing: enable_input_require_grads makes the output a leaf)
   Fwd.prototype.embeddings = function () {
-    var p = this.p, x = this.t(this.tok * p.hidden, this.pb, this.train);
+    var p = this.p, h = p.hidden, leaf = this.lora && this.w.checkpointing === "full";
+    var x = this.t(this.tok * h, this.pb, this.train || leaf);
+    this.leaf = leaf ? x : null;
+    this.modelLocals = [x];
+    if (p.family === "gpt2") {
+      var pos = this.t(this.w.seq * h, this.pb, this.train);
+      this.modelLocals.push(pos);
+      x = this.op(this.t(x.n, x.b, x.rg || pos.rg), [x, pos], 0, 0, true);
+    }
     if (p.family === "bert") x = this.layernorm(x, "embeddings LayerNorm");
     if (p.family === "gpt2" || p.family === "bert") x = this.dropout(x, "embeddings");
+    if (p.family === "bert") this.modelLocals = [x];
     return x;
   };
+  // _Forward.block: holds mirror the Python locals of HF's modules
   Fwd.prototype.block = function (x) {
-    var f = this.p.family, r, d;
+    var f = this.p.family, r, d, a, y, h, h2;
+    this.hold(x);
     if (f === "gpt2") {
-      var h = this.layernorm(x, "ln_1");
-      r = this.add(x, this.checkpointed(h, function (h) {
+      h = this.layernorm(x, "ln_1");
+      this.hold(h);
+      a = this.checkpointed(h, function (h) {
         var qkv = this.linear(h, "qkv");
+        this.hold(qkv);
         var q = this.view(qkv, qkv.n / 3), k = this.view(qkv, qkv.n / 3), v = this.view(qkv, qkv.n / 3);
-        return this.dropout(this.linear(this.attention(q, k, v, qkv), "o"), "attention output");
-      }));
-      var u = this.linear(this.layernorm(r, "ln_2"), "up");
+        if (qkv.rg) this.tape.push({ out: q, ins: [qkv], unpack: 0, temp: 0, alias: false, saved: [], attn: this.inAttn,
+          grad: 0, early: 0, wcopy: 0, also: [k, v] });
+        var o = this.dropout(this.linear(this.attention(q, k, v, qkv), "o"), "attention output");
+        this.release(qkv);
+        return o;
+      });
+      this.release(h);
+      r = this.add(x, a);
+      this.hold(r);
+      h2 = this.layernorm(r, "ln_2");
+      this.hold(h2);
+      var u = this.linear(h2, "up");
       d = this.dropout(this.linear(this.geluNew(u), "down"), "MLP output");
-      return this.add(r, d);
+      this.release(h2);
+      y = this.add(r, d);
+      this.release(r, x);
+      return y;
     }
     if (f === "bert") {
-      var a = this.checkpointed(x, function (x) {
+      a = this.checkpointed(x, function (x) {
         var q = this.linear(x, "q"), k = this.linear(x, "k"), v = this.linear(x, "v");
-        var o = this.dropout(this.linear(this.attention(q, k, v), "o"), "attention output");
+        this.hold(q, k, v);
+        var o = this.attention(q, k, v);
+        this.release(q, k, v);
+        o = this.dropout(this.linear(o, "o"), "attention output");
         return this.layernorm(this.add(o, x), "attention LayerNorm");
       });
+      this.hold(a);
       d = this.dropout(this.linear(this.gelu(this.linear(a, "up")), "down"), "output");
-      return this.layernorm(this.add(d, a), "output LayerNorm");
+      y = this.layernorm(this.add(d, a), "output LayerNorm");
+      this.release(a, x);
+      return y;
     }
-    var hh = this.rmsnorm(x, "input RMSNorm");
-    r = this.add(x, this.checkpointed(hh, function (h) {
+    h = this.rmsnorm(x, "input RMSNorm");
+    this.hold(h);
+    a = this.checkpointed(h, function (h) {
       var q = this.linear(h, "q"), k = this.linear(h, "k"), v = this.linear(h, "v");
-      q = this.op(this.t(q.n, Math.max(q.b, this.pb), q.rg), [q], 0, q.n * Math.max(q.b, this.pb));
-      k = this.op(this.t(k.n, Math.max(k.b, this.pb), k.rg), [k], 0, k.n * Math.max(k.b, this.pb));
-      return this.linear(this.attention(q, k, v), "o");
-    }));
-    var h2 = this.rmsnorm(r, "post-attention RMSNorm");
-    if (f === "llama") d = this.linear(this.siluMul(this.linear(h2, "gate"), this.linear(h2, "up")), "down");
-    else d = this.moe(h2);
-    return this.add(r, d);
+      this.hold(q, k, v);
+      var qb = Math.max(q.b, this.pb), kb = Math.max(k.b, this.pb);
+      var q2 = this.op(this.t(q.n, qb, q.rg), [q], 0, q.n * qb, false, { fwd: 2 * q.n * qb });
+      this.hold(q2);
+      var k2 = this.op(this.t(k.n, kb, k.rg), [k], 0, k.n * kb, false, { fwd: 2 * k.n * kb });
+      this.hold(k2);
+      this.release(q, k);
+      var o = this.linear(this.attention(q2, k2, v), "o");
+      this.release(q2, k2, v);
+      return o;
+    });
+    this.release(h);
+    r = this.add(x, a);
+    this.hold(r);
+    h2 = this.rmsnorm(r, "post-attention RMSNorm");
+    this.hold(h2);
+    d = f === "llama" ? this.swiglu(h2) : this.moe(h2);
+    this.release(h2);
+    y = this.add(r, d);
+    this.release(r, x);
+    return y;
   };
   Fwd.prototype.head = function (x) {
     var f = this.p.family;
@@ -474,6 +590,7 @@
         (resident(op) ? -op.early : op.unpack);
       peak = Math.max(peak, mem);
       delete live[op.out.id];
+      op.also.forEach(function (x) { delete live[x.id]; });
       var keeper = null;
       aliases.forEach(function (x) { if (keeper === null || x.id < keeper) keeper = x.id; });
       aliases.forEach(function (x) { if (!(x.id in live)) setLive(x.id, x.id === keeper ? g : 0); });
@@ -499,7 +616,18 @@
     var f3 = new Fwd(w, p, f2.ids, sim);
     var logits = f3.head(y);
     var out = { block_input: xIn.n * xIn.b, logits_bytes_per_elem: logits.b, first_fwd: f1.fwdPeak, rest_fwd: f2.fwdPeak,
-      first_fwd_rc: f1.fwdPeakRc, rest_fwd_rc: f2.fwdPeakRc, rest_fwd_off: f2.fwdPeakOff, out_bytes: y.n * y.b };
+      first_fwd_rc: f1.fwdPeakRc, rest_fwd_rc: f2.fwdPeakRc, rest_fwd_off: f2.fwdPeakOff, out_bytes: y.n * y.b,
+      rest_wcache: f2.wcache, rest_wsave: f2.wsave, first_saves_input: xIn.id in f1.saved, rest_saves_input: x.id in f2.saved };
+    var off0 = w.offload === "activations", counted = {};
+    if (!off0) {
+      Object.keys(f.saved).forEach(function (k) { counted[k] = true; });
+      if (w.checkpointing !== "full") Object.keys(f1.saved).forEach(function (k) { counted[k] = true; });
+      else counted[xIn.id] = true;
+    }
+    var leaf = f.leaf;
+    out.leaf = (leaf === null || (leaf.id in counted)) ? 0 : leaf.n * leaf.b;
+    out.model_held = sum(f.modelLocals.filter(function (t) { return !(t.id in counted) && t !== leaf; })
+      .map(function (t) { return t.n * t.b; }));
     [["emb", f], ["first", f1], ["rest", f2], ["head", f3]].forEach(function (pf) {
       out[pf[0]] = pf[1].total(); out[pf[0] + "_casts"] = pf[1].casts; out[pf[0] + "_kept"] = pf[1].kept;
       out[pf[0] + "_cached"] = pf[1].cached;
@@ -607,12 +735,15 @@
     var ownRest = ckpt === "full" ? (off ? 0 : fw.block_input) : (off ? (kwargCheckpointInput(w, p) ? fw.rest_kept : 0) : fw.rest + fw.rest_kept);
     var wsRest = full.rest_ws, wsFirst = full.first_ws;
     if (ckpt === "full") {
-      wsRest = Math.max(wsRest, full.rest_fwd_rc + fw.out_bytes);
-      wsFirst = Math.max(wsFirst, full.first_fwd_rc + fw.out_bytes);
-    }
-    wsRest += (ckpt !== "none" ? fw.rest_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
-    wsFirst += (ckpt !== "none" ? fw.first_kept : 0) + (ckpt === "full" ? fw.block_input : 0);
-    var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : fw.rest_fwd_off + fw.block_input);
+      wsRest = Math.max(wsRest + (full.rest_saves_input ? 0 : fw.block_input), full.rest_fwd_rc + fw.out_bytes);
+      wsFirst = Math.max(wsFirst + (full.first_saves_input ? 0 : fw.block_input), full.first_fwd_rc + fw.out_bytes);
+    } else if (ckpt === "selective") { wsRest += fw.rest_kept; wsFirst += fw.first_kept; }
+    var fwdLast = ckpt === "full" ? 0 : (!off ? fw.rest_fwd : fw.rest_fwd_off);
+    var notYet = ckpt === "full" ? 0 : fw.rest_wcache + (off ? 0 : fw.rest_wsave);
+    notYet += (!w.zero ? fw.head_cached : 0) + (off ? 0 : fw.head_casts);
+    var leaf = fw.leaf;
+    var mask = (w.attention === "eager" && p.family !== "bert") ? w.batch * w.seq * w.seq * pb : 0;
+    var keptMask = ckpt !== "none" ? mask : 0;
     var embSaved = off ? 0 : fw.emb;
     var headCopies = off ? 0 : fw.head_casts + (!w.zero ? fw.head_cached : 0);
     var restCopies = (off || ckpt === "full") ? 0 : fw.rest_casts + (!(w.zero || lora) ? fw.rest_cached : 0);
@@ -624,15 +755,16 @@
     if (w.offload === "activations") headUnpack = p.vocab * p.hidden * (w.mixed ? 2 : pb) + w.batch * w.seq * p.hidden * pb;
 
     var phases = {
-      block_forward: row(weights + cache + casts, gradsNow, state, act - ownRest - (off ? 0 : fw.head), 0, gather + fwdLast, ws),
-      forward_end: row(weights + cache + casts, gradsNow, state, act, lg.forward_end, gather, ws),
-      backward_start: row(weights + cachedBwd + casts, gradsNow, state, act, lg.backward_start, gather, ws),
-      head_backward: row(weights + cachedBwd + casts, gradsNow + headGradNow, state, act,
+      block_forward: row(weights + cache + casts - notYet, gradsNow, state,
+        act - ownRest - (off ? 0 : fw.head) + fw.model_held + leaf + mask, 0, gather + fwdLast, ws),
+      forward_end: row(weights + cache + casts, gradsNow, state, act + leaf + keptMask, lg.forward_end, gather, ws),
+      backward_start: row(weights + cachedBwd + casts, gradsNow, state, act + leaf + keptMask, lg.backward_start, gather, ws),
+      head_backward: row(weights + cachedBwd + casts, gradsNow + headGradNow, state, act + leaf + keptMask,
         w.batch * w.seq * (p.vocab * fw.logits_bytes_per_elem + 8) + headUnpack, gather, ws),
       block_backward: row(weights + cachedBwd + casts - headCopies - restCopies, gradsNow + headGradNow,
-        state, act - ownRest, 0, gather + wsRest, ws),
+        state, act - ownRest - (off ? 0 : fw.head) + leaf + keptMask, 0, gather + wsRest, ws),
       backward_end: row(weights, grads - full.first_grads - ((tied || w.accum > 1) ? 0 : embGrad), state,
-        embSaved, 0, gather + wsFirst, ws),
+        embSaved + leaf + keptMask, 0, gather + wsFirst, ws),
       optimizer_step: row(weights, grads, state, 0, 0, tempOpt, ws)
     };
     var order = ["block_forward", "forward_end", "backward_start", "head_backward", "block_backward", "backward_end",

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "recorded"
 
 
-def comparable_job(job: dict) -> dict:
+def comparable_job(job) -> dict:
     """The job without what may differ between two honest runs (this machine's cores, the hidden
     case drawn for one grading): tests/test_judges_recorded.py compares it with the current spec's."""
-    return {k: v for k, v in job.items() if k not in ("threads", "case_seed")}
+    return {k: v for k, v in job.to_dict().items() if k not in ("threads", "case_seed")}
 
 
 def record(spec) -> dict:
@@ -37,7 +37,7 @@ def record(spec) -> dict:
     runs = {}
     for name, source, reference in (("baseline", spec.starter, True), ("solution", spec.solution, False),
                                     ("starter", spec.starter, False)):
-        run = run_job(dict(job, reference=reference), source, DEFAULT_TIMEOUT["ci"], DEFAULT_MEMORY["ci"],
+        run = run_job(job.with_(reference=reference), source, DEFAULT_TIMEOUT["ci"], DEFAULT_MEMORY["ci"],
                       use_sandbox=sandboxed)
         if run.payload is None:
             raise RuntimeError(f"{spec.id} {name}: no result ({run.stderr_tail[-500:]})")

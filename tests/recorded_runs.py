@@ -49,10 +49,10 @@ def file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_key(job: dict, source: str) -> str:
-    """One run: the job without what differs between honest runs of it (cores, a drawn case), and
-    the source it ran."""
-    comparable = {k: v for k, v in job.items() if k not in ("threads", "case_seed")}
+def run_key(job, source: str) -> str:
+    """One run: the job (its file's JSON) without what differs between honest runs of it (cores, a
+    drawn case), and the source it ran."""
+    comparable = {k: v for k, v in job.to_dict().items() if k not in ("threads", "case_seed")}
     text = json.dumps(comparable, sort_keys=True) + "\0" + source
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -88,9 +88,9 @@ def recording(table: dict[str, list], drawn: list | None = None):
 
     def run_job(job, source, *args, **kwargs):
         run = real(job, source, *args, **kwargs)
-        if job.get("case_seed"):
+        if job.case_seed:
             if drawn is not None:
-                drawn.append(job.get("function"))
+                drawn.append(job.function)
             return run
         with lock:
             table.setdefault(run_key(job, source), []).append(_to_json(run))
@@ -115,7 +115,7 @@ def replaying(table: dict[str, list]):
     real, lock, served = core.run_job, threading.Lock(), {}
 
     def run_job(job, source, *args, **kwargs):
-        if job.get("case_seed"):
+        if job.case_seed:
             raise NotRecorded("a drawn case")
         key = run_key(job, source)
         with lock:

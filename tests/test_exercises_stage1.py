@@ -123,10 +123,10 @@ def test_monitor_cases_change_with_every_grading():
     from vramlab.grader.sandbox import run_job
 
     spec = get_exercise("ch02-monitor")
-    assert len({make_job(spec, "ci", "sim")["case_seed"] for _ in range(5)}) == 5
+    assert len({make_job(spec, "ci", "sim").case_seed for _ in range(5)}) == 5
     truths = []
     for seed in (1, 2):          # random.Random(1) and (2) draw different sizes for both sized functions
-        run = run_job(dict(make_job(spec, "ci", "sim"), case_seed=seed, reference=True), spec.starter, 120,
+        run = run_job(make_job(spec, "ci", "sim").with_(case_seed=seed, reference=True), spec.starter, 120,
                       DEFAULT_MEMORY["ci"], use_sandbox=policy.bwrap_path() is not None)
         truths.append({a["case"]: a["truth"] for a in run.payload["answers"]})
     assert truths[0]["transient"] != truths[1]["transient"] and truths[0]["keeps_output"] != truths[1]["keeps_output"]

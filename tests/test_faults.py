@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_free_space_is_checked_before_a_run(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox, "_free_bytes", lambda folder: 1 << 20)
     monkeypatch.setattr(sandbox.slots, "take", lambda *a: pytest.fail("a sandbox was started"))
     with pytest.raises(sandbox.GraderProblem) as e:
-        sandbox.run_job({"backend": "sim"}, "def f(): pass\n", 10, 1 << 30, use_sandbox=False)
+        sandbox.run_job(types.SimpleNamespace(backend="sim"), "def f(): pass\n", 10, 1 << 30, use_sandbox=False)
     assert "磁盘" in str(e.value) and "TMPDIR" in str(e.value) and "1.00 MiB" in str(e.value)
     assert not _english(str(e.value))
     assert list(tmp_path.iterdir()) == []

@@ -36,7 +36,7 @@ def test_exercise_setup_is_what_the_grader_ran(exercise_id):
 
     spec = get_exercise(exercise_id)
     doc = recorded_runs.load(exercise_id)
-    runs = (doc or {}).get("runs", {}).get(recorded_runs.run_key(dict(make_job(spec, "ci", "sim", 1), reference=True),
+    runs = (doc or {}).get("runs", {}).get(recorded_runs.run_key(make_job(spec, "ci", "sim", 1).with_(reference=True),
                                                                  spec.starter))
     if not runs:
         pytest.skip(f"no recorded starter run of {exercise_id} for this job (scripts/record_alternatives.py)")

@@ -49,7 +49,7 @@ def test_spec_settings_are_the_kinds_and_survive_the_job(exercise_id):
     for scale in ("ci", "gpu"):
         settings = getattr(spec, scale).settings
         assert type(settings) is kind.Settings
-        job = json.loads(json.dumps(core.make_job(spec, scale, "sim")))
+        job = json.loads(json.dumps(core.make_job(spec, scale, "sim").to_dict()))
         assert "extra" not in job and settings_from(spec.kind, job["settings"]) == settings
         assert job["world_size"] == settings.world_size and job["config"] == settings.config
         perms = kind.permissions(settings)

@@ -23,11 +23,14 @@ def _run(unexplained_mib: int = 0, ok: bool = True) -> ChildRun:
 def test_a_kept_run_comes_back_only_for_its_own_key(tmp_path, monkeypatch):
     monkeypatch.setenv("VRAMLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(baselines, "_memory", {})
+    from vramlab.grader.core import make_job
+
     spec = get_exercise("ch05-accumulation")
-    k = baselines.key(spec.id, "ci", "sim", True, {"batch": 8}, spec.starter)
-    assert k != baselines.key(spec.id, "ci", "sim", True, {"batch": 9}, spec.starter)
-    assert k != baselines.key(spec.id, "ci", "sim", False, {"batch": 8}, spec.starter)
-    assert k != baselines.key(spec.id, "ci", "sim", True, {"batch": 8}, spec.starter + "\n# changed\n")
+    job = make_job(spec, "ci", "sim", 1).with_(batch=8)
+    k = baselines.key(spec.id, "ci", "sim", True, job, spec.starter)
+    assert k != baselines.key(spec.id, "ci", "sim", True, job.with_(batch=9), spec.starter)
+    assert k != baselines.key(spec.id, "ci", "sim", False, job, spec.starter)
+    assert k != baselines.key(spec.id, "ci", "sim", True, job, spec.starter + "\n# changed\n")
     baselines.store(k, _run())
     monkeypatch.setattr(baselines, "_memory", {})               # a new process: read from disk
     assert baselines.load(k).payload["peak_bytes"] == 200 * 2**20

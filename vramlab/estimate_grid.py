@@ -241,17 +241,11 @@ def estimate_bytes(case: Case, twin: bool = True) -> int:
 
 def measure_bytes(case: Case, twin: bool = True) -> int:
     """Steady-state peak allocated on SimDevice(fake=True): 1 warm-up step, then 1 measured."""
-    import contextlib
-
     from .meter import measure_steps, open_device
     from .runner import build_training
 
     w = workload(case, twin)
-    quant = contextlib.nullcontext()
-    if case.qlora and "qlora" not in {f.name for f in fields(Workload)}:
-        from .sim.nf4 import qlora_runner
-        quant = qlora_runner()
-    with quant, open_device("sim", fake=True, timeline=False) as dev:
+    with open_device("sim", fake=True, timeline=False) as dev:       # QLoRA: runner builds the NF4 stand-in
         _model, _opt, step = build_training(w, dev)
         return int(measure_steps(step, dev, warmup=1, steps=1).peak_bytes)
 

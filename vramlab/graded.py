@@ -49,12 +49,12 @@ def exercise_setup(exercise_id: str, *, scale: str = "ci", _hidden: int = 0) -> 
     if _hidden:
         spec = dataclasses.replace(spec, **{scale: getattr(spec, scale).varied(getattr(spec, scale).hidden[_hidden - 1])})
     job = make_job(spec, scale, "sim", threads=torch.get_num_threads())
-    settings = kind.Settings(**job["settings"])
-    world = int(job.get("world_size", 1))
+    settings = kind.Settings(**job.settings)
+    world = job.world_size
     dev = SimDevice(cublas_workspace=bool(getattr(settings, "cublas_workspace", True)))
     h = types.SimpleNamespace(job=job, settings=settings, torch=torch, dev=dev, sim=True, payload={}, rank=0,
                               world=world, rank_rows=lambda n: slice(0, n // world), model=None,
-                              gen=torch.Generator().manual_seed(int(job["seed"]) + 2))
+                              gen=torch.Generator().manual_seed(job.seed + 2))
     build.attach(h)
     with dev:
         built = kind.setup(h)
@@ -71,8 +71,8 @@ def exercise_setup(exercise_id: str, *, scale: str = "ci", _hidden: int = 0) -> 
     args = tuple(built[p] for p in params if p in built)
     scale_obj = getattr(spec, scale)
     return ExerciseSetup(exercise=spec.id, function=spec.function, arg_names=[p for p in params if p in built],
-                         args=args, steps=int(job["steps"]), warmup=int(job["warmup"]), world_size=world,
-                         model_preset=scale_obj.model, config=dict(job["config"]), **built)
+                         args=args, steps=job.steps, warmup=job.warmup, world_size=world,
+                         model_preset=scale_obj.model, config=dict(job.config), **built)
 
 
 _DEFAULTED = {"temperature"}       # parameters with a default the grader leaves as it is

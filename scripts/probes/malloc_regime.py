@@ -32,10 +32,10 @@ def child(exercise: str, cached: bool, wait_for=None) -> None:
     folder = tempfile.mkdtemp(prefix="vramlab-probe-")
     with open(f"{folder}/submission.py", "w", encoding="utf-8") as f:
         f.write(spec.solution)
-    job = dict(core.make_job(spec, "ci", "sim", 1), reference=False, source_file=f"{folder}/submission.py",
-               init_method="tcp://127.0.0.1:29577")
+    job = core.make_job(spec, "ci", "sim", 1).with_(reference=False, source_file=f"{folder}/submission.py",
+                                                    init_method="tcp://127.0.0.1:29577")
     with open(f"{folder}/job.json", "w", encoding="utf-8") as f:
-        json.dump(job, f)
+        json.dump(job.to_dict(), f)
     harness._wait_for = wait_for or (lambda fd, word: os._exit(0) if word == b"never" else None)
     ctl, status = os.pipe()
     harness.main(["harness", f"{folder}/job.json", "0", str(ctl), str(status)])

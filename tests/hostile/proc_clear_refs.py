@@ -6,6 +6,10 @@
 # 旧评分器（1b67139：进程内审计钩子 + HMAC 签名）上：被拦住（forbidden）。
 import torch
 
+# Tensor.numpy() of a device tensor raises on the simulated device as on CUDA; the C method under it
+# does not (docs/dev/limitations.md): past that Python rule, the kernel's accounting must catch this.
+_host_view = torch._C.TensorBase.numpy
+
 
 def _hwm():
     try:
@@ -25,7 +29,7 @@ def _reset_hwm():
 
 def train_step(model, optimizer, batch, device):
     n = batch.shape[0]
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().numpy().copy(), torch.from_numpy):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: _host_view(t.detach()).copy(), torch.from_numpy):
         loss = sum(model(input_ids=c, labels=c).loss * (c.shape[0] / n) for c in batch.split(n // 2))
     loss.backward()
     optimizer.step()

@@ -6,9 +6,13 @@
 # 旧评分器（1b67139：进程内审计钩子 + HMAC 签名）上：攻破（满分）。
 import torch
 
+# Tensor.numpy() of a device tensor raises on the simulated device as on CUDA; the C method under it
+# does not (docs/dev/limitations.md): past that Python rule, the kernel's accounting must catch this.
+_host_view = torch._C.TensorBase.numpy
+
 
 def _pack(t):
-    return t.detach().numpy().copy()
+    return _host_view(t.detach()).copy()
 
 
 def _unpack(a):

@@ -47,9 +47,9 @@ def code_version() -> str:
     return hashlib.sha256(f"{worker_version()}|{platform.machine()}|{FORMAT}".encode()).hexdigest()
 
 
-def key(spec_id: str, scale: str, backend: str, sandboxed: bool, job: dict, starter: str) -> str:
+def key(spec_id: str, scale: str, backend: str, sandboxed: bool, job, starter: str) -> str:
     material = json.dumps({"exercise": spec_id, "scale": scale, "backend": backend, "sandboxed": sandboxed,
-                           "job": job, "starter": starter, "code": code_version()}, sort_keys=True)
+                           "job": job.to_dict(), "starter": starter, "code": code_version()}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
 

@@ -21,13 +21,13 @@ def build_model(job: dict, dev, config: dict, seed: int):
     """A seeded model of the job's preset with `config` overrides, on the device, in train mode."""
     from ..models import build_model as build
 
-    return build(job["model"], attention="sdpa", dropout=0.0, seed=seed, device=dev.torch_device, **config).train()
+    return build(job.model, attention="sdpa", dropout=0.0, seed=seed, device=dev.torch_device, **config).train()
 
 
 def optimizer_for(job: dict, params):
     import torch
 
-    return torch.optim.AdamW(params, lr=float(job["lr"]), foreach=True)
+    return torch.optim.AdamW(params, lr=float(job.lr), foreach=True)
 
 
 def static_bytes(params, settings) -> int:
@@ -44,8 +44,8 @@ def tokens(job: dict, dev, shape, on_host: bool = False):
 
     from ..models import get_preset
 
-    gen = torch.Generator().manual_seed(int(job["seed"]) + 1)
-    vocab = int((job.get("config") or {}).get("vocab_size") or get_preset(job["model"]).vocab)
+    gen = torch.Generator().manual_seed(job.seed + 1)
+    vocab = int(job.config.get("vocab_size") or get_preset(job.model).vocab)
     with (dev.host() if on_host else contextlib.nullcontext()):
         t = torch.randint(0, vocab, tuple(shape), generator=gen)
     return t if on_host else t.to(dev.torch_device)
@@ -56,7 +56,7 @@ def attach(h) -> None:
     `h` has `job`, `dev`, `settings` and `payload`."""
     def training_setup():
         """The job's model (seeded) and AdamW, on the device; remembered for the guards."""
-        model = build_model(h.job, h.dev, h.job.get("config") or {}, int(h.job["seed"]))
+        model = build_model(h.job, h.dev, h.job.config, h.job.seed)
         params = list(model.parameters())
         h.model = model
         h.payload["param_count"] = sum(p.numel() for p in params)

@@ -20,6 +20,8 @@ import time
 
 from . import baselines, cgroup, confine, observer, policy
 from . import feedback
+from .job import Job
+from .records import Result, base_result  # noqa: F401 (base_result: re-exported)
 from .sandbox import ChildRun, GraderProblem, run_job
 from .kinds import get_kind
 from .kinds.common import CATEGORY_ZH, BaselineBroken, fail as _fail, scale_settings  # noqa: F401 (CATEGORY_ZH: re-exported)
@@ -49,32 +51,20 @@ from .submission import SubmissionError, check_source, notebook_source, paramete
 from .threads import MAX_THREADS, free_cores, torch_threads, usable_cores  # noqa: E402,F401 (re-exported)
 
 
-def make_job(spec, scale_name: str, backend: str, threads: int | None = None) -> dict:
+def make_job(spec, scale_name: str, backend: str, threads: int | None = None) -> Job:
     """The job a grading's ranks run (written to job.json in the grading's folder): what to build,
     how many steps, which kind and its settings. The same for the starter and the submission."""
     scale = getattr(spec, scale_name)
     settings = scale.settings
-    return {
-        "function": spec.function, "model": scale.model, "config": dict(settings.config),
-        "batch": scale.batch, "seq": scale.seq, "steps": scale.steps, "warmup": scale.warmup, "seed": scale.seed,
-        "lr": settings.lr, "backend": backend, "threads": torch_threads(settings.world_size, threads), "features_k": 2,
-        "kind": spec.kind, "settings": dataclasses.asdict(settings),     # the child: kind.Settings(**settings)
+    return Job(
+        function=spec.function, model=scale.model, config=dict(settings.config),
+        batch=scale.batch, seq=scale.seq, steps=scale.steps, warmup=scale.warmup, seed=scale.seed,
+        lr=settings.lr, backend=backend, threads=torch_threads(settings.world_size, threads), features_k=2,
+        kind=spec.kind, settings=dataclasses.asdict(settings),     # the child: kind.Settings(**settings)
         # hidden cases that change with every grading (ch02): a number copied from feedback is useless
-        "case_seed": secrets.randbelow(2 ** 31) if get_kind(spec.kind).TRAITS.fresh_case_seed else 0,
-        "world_size": settings.world_size,
-    }
-
-
-def base_result(spec, backend: str, scale: str) -> dict:
-    """A result before any judging: 0 points, no category; every field a report reads is present."""
-    return {
-        "exercise": spec.id, "kind": spec.kind, "passed": False, "score": 0, "max_score": spec.points, "category": None,
-        "reason": "", "peak_bytes": None, "baseline_peak_bytes": None, "ratio": None,
-        "target_ratio": spec.target_ratio, "correct": None, "backend": backend, "scale": scale,
-        "time_ratio": None, "step_seconds": None, "baseline_step_seconds": None, "max_time_ratio": spec.max_time_ratio,
-        "loss_max_rel_err": None, "update_rel_err": None, "violations": [], "hints": list(spec.hints),
-        "seconds": None,
-    }
+        case_seed=secrets.randbelow(2 ** 31) if get_kind(spec.kind).TRAITS.fresh_case_seed else 0,
+        world_size=settings.world_size,
+    )
 
 
 def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str = "ci",
@@ -140,7 +130,7 @@ def grade_source(exercise_id: str, source: str, backend: str = "sim", scale: str
     return result
 
 
-def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, timeout: float, memory: int,
+def _grade_case(spec, result: Result, *, source: str, backend: str, scale: str, timeout: float, memory: int,
                 reuse_baseline: bool, use_sandbox: bool, cores: int | None) -> dict:
     """One configuration: the starter's run (kept or measured now), the learner's run, the verdict."""
     job = make_job(spec, scale, backend, cores)
@@ -149,13 +139,13 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
 
     def go(name, src, t):
         try:
-            runs[name] = run_job(dict(job, reference=name != "submission"), src, t, memory, use_sandbox=use_sandbox)
+            runs[name] = run_job(job.with_(reference=name != "submission"), src, t, memory, use_sandbox=use_sandbox)
         except Exception as e:  # noqa: BLE001 - the grader's own failure (no worker, full disk): reported below
             runs[name] = e
 
     base_timeout = max(timeout, DEFAULT_TIMEOUT[scale])
     # hidden cases drawn for this grading (ch02) make every starter run its own: nothing to keep
-    keep = not job.get("case_seed")
+    keep = not job.case_seed
     base_key = baselines.key(spec.id, scale, backend, use_sandbox, job, spec.starter)
     cached = baselines.load(base_key) if reuse_baseline and keep else None
     if cached is not None:
@@ -166,7 +156,7 @@ def _grade_case(spec, result: dict, *, source: str, backend: str, scale: str, ti
         todo = [(n, spec.starter, base_timeout) for n in names] + [("submission", source, timeout)]
         # as many runs at once as the cores hold at the job's threads: oversubscribed OpenMP
         # threads spin and slow every run several times over
-        at_once = max(1, free_cores(cores) // (job["threads"] * max(1, job["world_size"])))
+        at_once = max(1, free_cores(cores) // (job.threads * max(1, job.world_size)))
         for i in range(0, len(todo), at_once):
             group = [threading.Thread(target=go, args=args) for args in todo[i:i + at_once]]
             for th in group:
@@ -216,7 +206,7 @@ def _check_trusted(base: ChildRun) -> None:
         raise GraderError(f"起始代码（可信基线）触发了评分器的防护，评分器本身有问题：{bp['violations'][:3]}")
 
 
-def judge(kind, spec, result: dict, bp: dict, sp) -> dict:
+def judge(kind, spec, result: Result, bp: dict, sp) -> dict:
     """The kind's verdict on one case, from the starter's payload `bp` and the submission's `sp`
     (what the ranks wrote, already read and bounded). Public so that tests judge recorded runs
     without running anything (tests/test_judges_recorded.py). Judges validate the learner's payload
@@ -230,7 +220,7 @@ def judge(kind, spec, result: dict, bp: dict, sp) -> dict:
         return _fail(result, "tamper", f"结果文件的格式不对（{type(e).__name__}）：结果被改写了")
 
 
-def _hidden_memory(result: dict, spec, kind, base: ChildRun, sub: ChildRun) -> dict | None:
+def _hidden_memory(result: Result, spec, kind, base: ChildRun, sub: ChildRun) -> dict | None:
     """The learner's reported peak against the memory the parent read of its process (observer.py)."""
     if not kind.observed(getattr(spec, result["scale"]).settings):
         return None
@@ -247,7 +237,7 @@ def _hidden_memory(result: dict, spec, kind, base: ChildRun, sub: ChildRun) -> d
                                    "或者计量结果被改写了。把张量藏进 numpy、文件或计量器之外的地方都算作绕过计量")
 
 
-def _child_failed(result: dict, sub: ChildRun, timeout: float, base: ChildRun) -> dict | None:
+def _child_failed(result: Result, sub: ChildRun, timeout: float, base: ChildRun) -> dict | None:
     """What every kind judges first: the child ran, kept the protocol, and broke no rule."""
     if sub.timed_out:
         return _fail(result, "timeout", f"超过 {timeout:.0f} 秒仍未结束（死循环？或者每一步太慢）。进程已被终止")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cgroup, observer, policy, slots
+from .job import Job
 from ..units import MiB, fmt_bytes
 
 OUTPUT_LIMIT = 64 * MiB
@@ -318,12 +319,12 @@ def _read_results(folder: Path, world: int, stderr_tail: str = "") -> list:
     return [payload for payload, _ in checked]
 
 
-def run_job(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
+def run_job(job: Job, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
             keep_dir: bool = False) -> ChildRun:
     """Run every rank of `job` on `source`: forked from a warm worker (slots.py) on Linux, else in
     a fresh interpreter. Either way the same harness, sandbox and ready/go/done protocol.
     Raises GraderProblem when this machine cannot grade (no GPU for cuda, a full temp disk)."""
-    require_backend(job.get("backend", "sim"))
+    require_backend(job.backend)
     _sweep_once()
     check_space()
     try:
@@ -337,8 +338,8 @@ def run_job(job: dict, source: str, timeout_s: float, memory_limit: int, use_san
         raise
 
 
-def _run_slot(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool) -> ChildRun:
-    gpu = job.get("backend") == "cuda"
+def _run_slot(job: Job, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool) -> ChildRun:
+    gpu = job.backend == "cuda"
     slot = slots.take(gpu, use_sandbox)
     if not (slot.outer / OWNER_FILE).exists():
         mark_owner(slot.outer, slot.proc.pid)           # the folder lives as long as its worker
@@ -354,14 +355,14 @@ def _run_slot(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
             slots.give_back(slot, reusable)
 
 
-def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int) -> tuple[ChildRun, bool]:
-    world = int(job.get("world_size", 1))
+def _run_warm(slot, job: Job, source: str, timeout_s: float, memory_limit: int) -> tuple[ChildRun, bool]:
+    world = job.world_size
     (slot.work / "submission.py").write_text(source, encoding="utf-8")
-    job = dict(job, source_file=f"{slot.inside}/submission.py")
-    if world > 1:       # a fresh port per grading: the last one's may still be in TIME_WAIT
-        job.setdefault("init_method", f"tcp://127.0.0.1:{29500 + slot.jobs % 2000}" if slot.inside == policy.SUBMISSION_DIR
-                       else f"file://{slot.work}/rendezvous")
-    (slot.work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    job = job.with_(source_file=f"{slot.inside}/submission.py")
+    if world > 1 and job.init_method is None:       # a fresh port per grading: the last one's may still be in TIME_WAIT
+        job = job.with_(init_method=f"tcp://127.0.0.1:{29500 + slot.jobs % 2000}" if slot.inside == policy.SUBMISSION_DIR
+                        else f"file://{slot.work}/rendezvous")
+    (slot.work / "job.json").write_text(json.dumps(job.to_dict()), encoding="utf-8")
     pipes = [(os.pipe(), os.pipe()) for _ in range(world)]          # (ctl r, w), (status r, w)
     out_path, err_path = slot.outer / f"stdout-{slot.jobs}.txt", slot.outer / f"stderr-{slot.jobs}.txt"
     out, err = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -377,7 +378,7 @@ def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int)
     obs = [observer.RankObservation() for _ in range(world)]
     groups = _rank_groups(world, memory_limit) if slot.inside == policy.SUBMISSION_DIR else None
     try:
-        sampler = observer.nvml_sampler(job.get("backend") == "cuda")
+        sampler = observer.nvml_sampler(job.backend == "cuda")
         protocol_error, timed_out = _converse(slot.proc, pipes, obs, timeout_s, groups)
         if sampler is not None:
             peaks = sampler.stop()
@@ -400,9 +401,9 @@ def _run_warm(slot, job: dict, source: str, timeout_s: float, memory_limit: int)
     return run, reusable
 
 
-def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
+def _run_cold(job: Job, source: str, timeout_s: float, memory_limit: int, use_sandbox: bool = True,
               keep_dir: bool = False) -> ChildRun:
-    world = int(job.get("world_size", 1))
+    world = job.world_size
     outer = Path(tempfile.mkdtemp(prefix="vramlab-grade-"))
     mark_owner(outer)
     proc, pipes, child_fds, groups = None, [], [], None
@@ -417,10 +418,10 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
             work.mkdir()
             inside = policy.SUBMISSION_DIR if use_sandbox else str(work)
             (work / "submission.py").write_text(source, encoding="utf-8")
-            job = dict(job, source_file=f"{inside}/submission.py")
-            if world > 1:
-                job.setdefault("init_method", "tcp://127.0.0.1:29500" if use_sandbox else f"file://{work}/rendezvous")
-            (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+            job = job.with_(source_file=f"{inside}/submission.py")
+            if world > 1 and job.init_method is None:
+                job = job.with_(init_method="tcp://127.0.0.1:29500" if use_sandbox else f"file://{work}/rendezvous")
+            (work / "job.json").write_text(json.dumps(job.to_dict()), encoding="utf-8")
             for _ in range(world):
                 ctl, st = os.pipe(), None
                 pipes.append((ctl, (-1, -1)))
@@ -430,7 +431,7 @@ def _run_cold(job: dict, source: str, timeout_s: float, memory_limit: int, use_s
                 child_fds.append(st[1])
             command = [sys.executable, "-I", "-B", "-X", "utf8", "-m", "vramlab.grader.launch", f"{inside}/job.json",
                        *[f"{ctl[0]},{st[1]}" for ctl, st in pipes]]
-            gpu = job.get("backend") == "cuda"
+            gpu = job.backend == "cuda"
             argv = policy.bwrap_argv(work, command, gpu=gpu, confine=True) if use_sandbox else command
             env = policy.sandbox_env(gpu=gpu)
             if use_sandbox:

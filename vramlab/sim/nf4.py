@@ -15,12 +15,11 @@ The values are not computed (`torch.empty`): use it under FakeTensorMode, where 
 `quantized_build(...)` is `models.build_model` with every linear layer of the transformer blocks
 replaced (the LM head stays 16-bit, as transformers' BitsAndBytesConfig leaves the output
 embedding). Built on the meta device first, so the 16-bit weights never exist on the device.
-Not modelled: `peft.prepare_model_for_kbit_training`, which casts every non-quantized parameter
-(embeddings, norms, LM head) to fp32.
+`peft.prepare_model_for_kbit_training` (every non-quantized parameter cast to fp32) is applied by
+`vramlab.runner`'s QLoRA recipe, which builds with `quantized_build`.
 """
 from __future__ import annotations
 
-import contextlib
 
 import torch
 
@@ -117,16 +116,3 @@ def _materialize(model, device) -> None:
             if id(t) not in new:
                 new[id(t)] = torch.empty_like(t, device=device)
             module._buffers[name] = new[id(t)]
-
-
-@contextlib.contextmanager
-def qlora_runner():
-    """Inside, `runner.build_training` builds models with an NF4 base (see `quantized_build`)."""
-    from .. import runner
-
-    original = runner.build_model
-    runner.build_model = quantized_build
-    try:
-        yield
-    finally:
-        runner.build_model = original

@@ -48,5 +48,5 @@ def traits(name: str | None):
 
 
 def settings_from(name: str, data: dict):
-    """The kind's Settings from the job's plain dict (what the child does with job["settings"])."""
+    """The kind's Settings from the job's plain dict (what the child does with job.settings)."""
     return get_kind(name).Settings(**data)

@@ -77,7 +77,7 @@ def on_device(h, value, shape, what: str):
 def case_tp_mlp(h, s: Settings):
     """ch09: `tp_mlp(x, fc_weight, fc_bias, proj_weight, proj_bias, device)` on every rank; the
     full weights live in host memory, x on the device; the full output on every rank."""
-    d, b, seq = s.d_model, int(h.job["batch"]), int(h.job["seq"])
+    d, b, seq = s.d_model, h.job.batch, h.job.seq
     weights = [host_randn(h, 4 * d, d, scale=0.02), host_randn(h, 4 * d, scale=0.02),
                host_randn(h, d, 4 * d, scale=0.02), host_randn(h, d, scale=0.02)]
     x = h.dev.to_device(host_randn(h, b, seq, d))
@@ -94,7 +94,7 @@ def case_eval_loop(h, s: Settings):
     """ch12: `evaluate(model, batches, device)`: the mean loss over batches already on the device;
     the model must come out unchanged."""
     model, _ = h.training_setup()
-    batches = list(h.tokens((s.n_batches, int(h.job["batch"]), int(h.job["seq"]))))
+    batches = list(h.tokens((s.n_batches, h.job.batch, h.job.seq)))
     before = h.fingerprint(model.parameters())
     static = sum(nbytes(p) for p in model.parameters())
 
@@ -109,14 +109,14 @@ def case_eval_loop(h, s: Settings):
 def case_attention(h, s: Settings):
     """ch14: `attention(q, k, v, softcap)`, causal, scores soft-capped before the softmax (no fused
     SDPA kernel computes that); the harness backpropagates a fixed random gradient."""
-    b, seq = int(h.job["batch"]), int(h.job["seq"])
+    b, seq = h.job.batch, h.job.seq
     q, k, v = (h.dev.to_device(host_randn(h, b, s.heads, seq, s.head_dim)).requires_grad_() for _ in range(3))
     return backprop_case(h, lambda fn: fn(q, k, v, s.softcap), (b, s.heads, seq, s.head_dim), "attention", (q, k, v))
 
 
 def case_embedding(h, s: Settings):
     """ch15: `embed(ids, table, device)`: the table lives in host memory, ids on the device."""
-    b, seq = int(h.job["batch"]), int(h.job["seq"])
+    b, seq = h.job.batch, h.job.seq
     table = host_randn(h, s.vocab, s.d_model)
     with h.dev.host():
         ids_host = h.torch.randint(0, s.vocab, (b, seq), generator=h.gen)
@@ -174,7 +174,7 @@ def backprop_case(h, forward, out_shape, what: str, leaves, dtype=None):
 
 def case_gqa_attention(h, s: Settings):
     """ch16: `attention(q, k, v)` with fewer key/value heads than query heads (GQA), causal."""
-    b, seq = int(h.job["batch"]), int(h.job["seq"])
+    b, seq = h.job.batch, h.job.seq
     dtype = getattr(h.torch, s.dtype)
     q = h.dev.to_device(host_randn(h, b, s.heads, seq, s.head_dim)).to(dtype).requires_grad_()
     k, v = (h.dev.to_device(host_randn(h, b, s.kv_heads, seq, s.head_dim)).to(dtype).requires_grad_() for _ in range(2))
@@ -186,7 +186,7 @@ def case_rms_norm(h, s: Settings):
     (h = h + rms_norm(h, w_i)), as in a Transformer: what each call saves for backward adds up
     over the layers, its temporaries do not."""
     dtype = getattr(h.torch, s.dtype)
-    tokens = int(h.job["batch"]) * int(h.job["seq"])
+    tokens = h.job.batch * h.job.seq
     x = h.dev.to_device(host_randn(h, tokens, s.hidden)).to(dtype).requires_grad_()
     weights = [h.dev.to_device(1 + host_randn(h, s.hidden, scale=0.1)).to(dtype).requires_grad_()
                for _ in range(s.layers)]
@@ -202,7 +202,7 @@ def case_rms_norm(h, s: Settings):
 def case_int8_linear(h, s: Settings):
     """ch22: `int8_linear(x, weight_int8, scale)`: weight-only INT8 (per output channel), forward only."""
     torch = h.torch
-    tokens = int(h.job["batch"]) * int(h.job["seq"])
+    tokens = h.job.batch * h.job.seq
     w = host_randn(h, s.d_out, s.d_in, scale=0.02)
     with h.dev.host():
         scale = w.abs().amax(dim=1) / 127
@@ -224,7 +224,7 @@ def case_moe(h, s: Settings):
     experts (Mixtral) on [tokens, d], forward only (inference); also the call's matmul FLOPs."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    tokens, d, e, f = int(h.job["batch"]) * int(h.job["seq"]), s.d_model, s.experts, s.hidden
+    tokens, d, e, f = h.job.batch * h.job.seq, s.d_model, s.experts, s.hidden
     x = h.dev.to_device(host_randn(h, tokens, d))
     router = h.dev.to_device(host_randn(h, e, d, scale=0.5))
     w_gate, w_up = (h.dev.to_device(host_randn(h, e, f, d, scale=0.05)) for _ in range(2))

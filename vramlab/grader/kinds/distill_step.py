@@ -30,10 +30,10 @@ def setup(h) -> dict:
     """The student and its AdamW, the frozen teacher, one batch per step (also `vramlab.exercise_setup`)."""
     job = h.job
     student, optimizer = h.training_setup()
-    teacher = h.build_model(h.settings.teacher_config, seed=int(job["seed"]) + 7)
+    teacher = h.build_model(h.settings.teacher_config, seed=job.seed + 7)
     h.payload["static_bytes"] += nbytes(*teacher.parameters())
-    rows = h.rank_rows(int(job["batch"]))
-    batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    rows = h.rank_rows(job.batch)
+    batches = [b[rows].clone() for b in h.tokens((job.steps, job.batch, job.seq))]
     return {"student": student, "teacher": teacher, "optimizer": optimizer, "batches": batches}
 
 
@@ -42,7 +42,7 @@ def scenario(h):
     built = setup(h)
     student, teacher, optimizer, batches = built["student"], built["teacher"], built["optimizer"], built["batches"]
     before, teacher_before = h.fingerprint(student.parameters()), h.fingerprint(teacher.parameters())
-    warmup = int(job["warmup"])
+    warmup = job.warmup
 
     def run(fn):
         losses, times = [], []

@@ -59,7 +59,7 @@ def scenario(h):
 
     cases = h.settings.cases
     truths = None
-    if h.job.get("reference"):
+    if h.job.reference:
         with h.dev.untracked():
             truths = [_static_truth(h.torch, *c) for c in cases]
     sizes = {name: count_params(name) for name in {c[0] for c in cases}}

@@ -122,7 +122,7 @@ def setup(h) -> dict:
     """The model `prepare_model` gets and the one batch every step trains on (also
     `vramlab.exercise_setup`); the grader builds its AdamW after `prepare_model` returns."""
     model, _ = h.training_setup()
-    batch = h.tokens((int(h.job["batch"]), int(h.job["seq"])))     # one batch, every step: the loss must go down
+    batch = h.tokens((h.job.batch, h.job.seq))     # one batch, every step: the loss must go down
     return {"model": model, "batch": batch}
 
 
@@ -134,7 +134,7 @@ def scenario(h):
     model, batch = built["model"], built["batch"]
     params = list(model.parameters())
     h.payload["static_bytes"] = nbytes(*params)          # the frozen base alone must stay on the device
-    warmup = int(job["warmup"])
+    warmup = job.warmup
 
     before = linear_layers(torch, model)
 
@@ -146,7 +146,7 @@ def scenario(h):
         if not all(id(p) in mine for p in params):
             raise WrongAnswer("返回的模型不包含评分器给你的那个模型的全部参数：要在它上面加适配器，不能换成别的模型")
         why_not, missing = None, []
-        if not job.get("reference"):                     # the starter is full fine-tuning
+        if not job.reference:                     # the starter is full fine-tuning
             why_not = peft_method(prepared, settings.method)
             missing = [] if why_not else uncovered(model, before, {id(p) for p in params}, settings.cover, prepared)
         trainable = [p for p in prepared.parameters() if p.requires_grad]
@@ -154,7 +154,7 @@ def scenario(h):
         n_trainable = sum(p.numel() for p in trainable)
         if not trainable:
             raise WrongAnswer("没有任何参数 requires_grad=True：什么也训练不了")
-        optimizer = torch.optim.AdamW(trainable, lr=float(job["lr"]), foreach=True)
+        optimizer = torch.optim.AdamW(trainable, lr=float(job.lr), foreach=True)
         losses, times = [], []
 
         def step(batch):
@@ -165,7 +165,7 @@ def scenario(h):
             return float(loss.detach())
 
         h.reset_peak()
-        for i in range(int(job["steps"])):
+        for i in range(job.steps):
             if i == warmup:
                 h.reset_peak()
             losses.append(h.call(lambda: step(batch)))

@@ -43,7 +43,7 @@ def scenario(h):
     from vramlab.models import count_params
 
     torch = h.torch
-    count_params(h.job["model"])      # import the model's code now (lazy imports touch os.environ)
+    count_params(h.job.model)      # import the model's code now (lazy imports touch os.environ)
 
     def run(fn):
         meter = host_meter(h)

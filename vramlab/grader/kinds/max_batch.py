@@ -61,8 +61,8 @@ def scenario(h):
     torch, dev = h.torch, h.dev
     settings = h.settings
     model, optimizer = h.training_setup()
-    seq, largest = int(h.job["seq"]), settings.max_batch_allowed
-    vocab = int((h.job.get("config") or {}).get("vocab_size") or 64)
+    seq, largest = h.job.seq, settings.max_batch_allowed
+    vocab = int(h.job.config.get("vocab_size") or 64)
     trials: list[list] = []             # [batch, completed an optimizer step]
     watching = [False]
 
@@ -115,7 +115,7 @@ def scenario(h):
         if isinstance(answer, bool) or not isinstance(answer, int):
             raise WrongAnswer(f"find_max_batch 应当返回整数，实际返回了 {answer!r}")
         out = {"trials": trials, "peak_bytes": h.peak()}
-        if h.job.get("reference"):      # the truth: a trusted linear search with full steps
+        if h.job.reference:      # the truth: a trusted linear search with full steps
             fits(1)                                    # the optimizer state exists from here on
             n, truth_trials = 2, []
             while n <= largest and fits(n):

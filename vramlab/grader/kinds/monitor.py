@@ -38,8 +38,8 @@ def scenario(h):
 
     torch, dev = h.torch, h.dev
     model, optimizer = h.training_setup()
-    batch = h.tokens((int(h.job["batch"]), int(h.job["seq"])))
-    rng = random.Random(int(h.job.get("case_seed", 0)))
+    batch = h.tokens((h.job.batch, h.job.seq))
+    rng = random.Random(h.job.case_seed)
     mib = 2 ** 20 // 4                                # float32 elements per MiB
     kept: list = []
 

@@ -356,17 +356,17 @@ PAYLOAD = record(steps=list_of(STEP, 10_000), blocks=INT, autocast_dtypes=DTYPES
                  final_parameter_dtypes=DTYPES)
 
 
-def _pairs(bp: dict, mine: dict):
+def _pairs(starter: dict, mine: dict):
     """(starter's step, learner's step) for each step both ran (the harness runs the same number)."""
-    return list(zip(bp["steps"], mine["steps"]))
+    return list(zip(starter["steps"], mine["steps"]))
 
 
 def _tokens(step: dict) -> int:
     return sum(step["passes"]) + step["open_rows"]
 
 
-def _accumulation(bp: dict, mine: dict) -> str | None:
-    pairs = _pairs(bp, mine)
+def _accumulation(starter: dict, mine: dict) -> str | None:
+    pairs = _pairs(starter, mine)
     passes = [len(s["passes"]) for _, s in pairs]
     if not pairs or any(n < 2 for n in passes):
         return ("本题要求梯度累积：每次 train_step 里要把 batch 分成至少 2 个微批次，每个微批次分别前向、再反向"
@@ -385,9 +385,9 @@ def _accumulation(bp: dict, mine: dict) -> str | None:
     return None
 
 
-def _autocast(bp: dict, mine: dict) -> str | None:
+def _autocast(starter: dict, mine: dict) -> str | None:
     problems = []
-    pairs = _pairs(bp, mine)
+    pairs = _pairs(starter, mine)
     low = [s["block_matmuls_low"] for _, s in pairs]
     seen = [s["block_matmuls"] for _, s in pairs]
     need = [b["block_matmuls"] for b, _ in pairs]
@@ -409,17 +409,17 @@ def _autocast(bp: dict, mine: dict) -> str | None:
     return None
 
 
-def block_bytes(bp: dict, mine: dict) -> tuple[int, int]:
+def block_bytes(starter: dict, mine: dict) -> tuple[int, int]:
     """(learner's, starter's) bytes the forward left on the device for the blocks, summed over the
     transitions of all steps. Outside the blocks the learner is credited at most what the starter
     keeps there, step by step (so nothing counted as "outside" can hide a block's activations)."""
-    base = sum(max(b["saved_total"] - b["saved_outside"], 0) for b in bp["steps"])
-    mine_bytes = sum(max(s["saved_total"] - min(s["saved_outside"], b["saved_outside"]), 0) for b, s in _pairs(bp, mine))
+    base = sum(max(b["saved_total"] - b["saved_outside"], 0) for b in starter["steps"])
+    mine_bytes = sum(max(s["saved_total"] - min(s["saved_outside"], b["saved_outside"]), 0) for b, s in _pairs(starter, mine))
     return mine_bytes, base
 
 
-def _checkpoint(bp: dict, mine: dict) -> str | None:
-    pairs = _pairs(bp, mine)
+def _checkpoint(starter: dict, mine: dict) -> str | None:
+    pairs = _pairs(starter, mine)
     recomputed = [s["recomputed"] for _, s in pairs]
     if not pairs or any(n < 1 for n in recomputed):
         return ("本题要求激活检查点：反向时要重新计算 Transformer block 的前向，但在反向过程中没有检测到 block 内的模块"
@@ -428,7 +428,7 @@ def _checkpoint(bp: dict, mine: dict) -> str | None:
     if any(s["transitions"] < 1 for _, s in pairs):
         return "本题要求激活检查点：评分器没有观察到从前向进入反向的时刻（每步 " \
                f"{[s['transitions'] for _, s in pairs]} 次）：反向要由 autograd 在设备上执行"
-    saved, base = block_bytes(bp, mine)
+    saved, base = block_bytes(starter, mine)
     if base and saved > SAVED_SHARE_MAX * base:
         return (f"检测到了重算，但反向开始时 block 的前向留在设备上的张量仍有起始代码的 {saved / base:.0%}（允许不超过 "
                 f"{SAVED_SHARE_MAX:.0%}；评分器在每次从前向进入反向时读设备上的字节数，按样本数累计）："

@@ -30,8 +30,8 @@ def observed(settings: Settings) -> bool:
 def setup(h) -> dict:
     """The model, its AdamW and the dataset in host memory (also `vramlab.exercise_setup`)."""
     model, optimizer = h.training_setup()
-    tokens = h.tokens((h.settings.n_samples, int(h.job["seq"])), on_host=True)
-    return {"model": model, "optimizer": optimizer, "tokens": tokens, "batch_size": int(h.job["batch"])}
+    tokens = h.tokens((h.settings.n_samples, h.job.seq), on_host=True)
+    return {"model": model, "optimizer": optimizer, "tokens": tokens, "batch_size": h.job.batch}
 
 
 def scenario(h):

@@ -36,8 +36,8 @@ def setup(h) -> dict:
     `vramlab.exercise_setup`): the model, its AdamW, one batch per step (this rank's rows)."""
     job = h.job
     model, optimizer = h.training_setup()
-    rows = h.rank_rows(int(job["batch"]))        # data parallel: this rank's share of every global batch
-    batches = [b[rows].clone() for b in h.tokens((int(job["steps"]), int(job["batch"]), int(job["seq"])))]
+    rows = h.rank_rows(job.batch)        # data parallel: this rank's share of every global batch
+    batches = [b[rows].clone() for b in h.tokens((job.steps, job.batch, job.seq))]
     return {"model": model, "optimizer": optimizer, "batches": batches}
 
 
@@ -48,7 +48,7 @@ def scenario(h):
     before = h.fingerprint(model.parameters())
     training.use_learner_budget(h, settings)
     probe = technique.Probe(h, model)
-    warmup = int(job["warmup"])
+    warmup = job.warmup
     meter = host_meter(h) if settings.max_host_copy_ratio else None     # ch28: bytes copied to host per step
 
     def run(fn):

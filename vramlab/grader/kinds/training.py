@@ -86,7 +86,7 @@ def judge(spec, result: dict, bp: dict, sp: dict, technique=None) -> dict:
 def use_learner_budget(h, settings) -> None:
     """The learner's run is on a virtual card of `settings.learner_budget_mib` (ch21, ch30, the stage
     challenges); the trusted starter runs without it (it need not fit)."""
-    if getattr(settings, "learner_budget_mib", None) and not h.job.get("reference"):
+    if getattr(settings, "learner_budget_mib", None) and not h.job.reference:
         h.dev.set_budget(int(float(settings.learner_budget_mib) * 2 ** 20))
 
 

@@ -27,6 +27,7 @@ import pytest
 
 from vramlab import cli, errors
 from vramlab.grader import batch
+from vramlab.exercises import get_exercise
 from vramlab.grader import autograde, core, sandbox
 from vramlab.grader import cli as grader_cli
 
@@ -391,7 +392,8 @@ def test_the_cold_grading_folder_is_removed_on_every_path(tmp_path, monkeypatch)
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
     monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
     with pytest.raises(OSError):
-        sandbox._run_cold({"backend": "sim"}, "def f(): pass\n", 10, 1 << 30, use_sandbox=False)
+        sandbox._run_cold(core.make_job(get_exercise("ch01-estimate"), "ci", "sim", 1), "def f(): pass\n", 10, 1 << 30,
+                          use_sandbox=False)
     assert list(tmp_path.iterdir()) == []
     assert sandbox.active_runs() == 0
 

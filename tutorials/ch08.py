@@ -430,6 +430,8 @@ publish("hook_minus_param_mib", mib(res[0]["hook"]["peak"] - res[0]["param"]["pe
 fp16_max = max(mib(res[r]["ddp_fp16"]["peak"]) for r in (0, 1))
 ddp_max = max(mib(res[r]["ddp"]["peak"]) for r in (0, 1))
 publish("ddp_fp16_max_minus_ddp_mib", fp16_max - ddp_max, fmt="{:.3f}")
+gap = mib(res[1]["flat"]["peak"] - res[0]["flat"]["peak"])   # gloo 进程的读数每次运行可能不同：写出这次的比较
+publish("flat_rank1_vs_rank0_zh", "与 rank 0 相同" if abs(gap) < 0.0005 else f"比 rank 0 {'高' if gap > 0 else '低'} {abs(gap):.3f} MiB")
 
 # %% [markdown]
 # 读法（数字见上表，模拟设备上的 `max_allocated`）：

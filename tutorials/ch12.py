@@ -81,7 +81,7 @@ evals = {name: eval_peak(ctx) for name, ctx in MODES.items()}
 print(f"模型 {MODEL}（{count_params(MODEL):,} 个参数），评估 3 个批次，批大小 {B} × 序列长度 {T}\n")
 print(pad("写法", 30) + pad("起点 MiB", 12) + pad("峰值 MiB", 12) + pad("峰值 - 起点", 14) + pad("结束 MiB", 12) + "平均损失")
 for name, (start, peak, end, loss) in evals.items():
-    print(pad(name, 30) + pad(mib(start), 12) + pad(mib(peak), 12) + pad(mib(peak - start), 14) + pad(mib(end), 12) + f"{loss:.4f}")
+    print(pad(name, 30) + pad(f"{mib(start):.1f}", 12) + pad(f"{mib(peak):.1f}", 12) + pad(f"{mib(peak - start):.1f}", 14) + pad(f"{mib(end):.1f}", 12) + f"{loss:.4f}")
 grad_extra = evals["不加（model.eval() 而已）"][1] - evals["不加（model.eval() 而已）"][0]
 ng_extra = evals["torch.no_grad()"][1] - evals["torch.no_grad()"][0]
 print(f"\n不加上下文时，评估的额外显存是 no_grad 的 {grad_extra / ng_extra:.1f} 倍")
@@ -173,7 +173,7 @@ curves = {name: leak_curve(*args) for name, args in LEAK.items()}
 print(pad("写法", 30) + pad("第 1 步后", 12) + pad("第 5 步后", 12) + pad("第 10 步后", 12) + "每步增长 MiB")
 for name, c in curves.items():
     slope = (c[-1] - c[0]) / (len(c) - 1)
-    print(pad(name, 30) + pad(mib(c[0]), 12) + pad(mib(c[4]), 12) + pad(mib(c[-1]), 12) + f"{slope / MiB:.2f}")
+    print(pad(name, 30) + pad(f"{mib(c[0]):.1f}", 12) + pad(f"{mib(c[4]):.1f}", 12) + pad(f"{mib(c[-1]):.1f}", 12) + f"{slope / MiB:.2f}")
 leak, flat = curves["total += loss（无 no_grad）"], curves["total += loss.item()"]
 leak_slope = (leak[-1] - leak[0]) / (len(leak) - 1) / MiB
 publish("leak_slope_mib", leak_slope, fmt="{:.2f}")
@@ -237,7 +237,7 @@ with vramlab.open_device("auto") as dev:
         nodes.append(count_nodes(total.grad_fn))
 print("训练循环里 total += loss：")
 print(pad("", 22) + "".join(pad(f"第{i}步", 8) for i in (1, 2, 5, 10)))
-print(pad("已分配显存 MiB", 22) + "".join(pad(mib(allocs[i - 1]), 8) for i in (1, 2, 5, 10)))
+print(pad("已分配显存 MiB", 22) + "".join(pad(f"{mib(allocs[i - 1]):.1f}", 8) for i in (1, 2, 5, 10)))
 print(pad("计算图节点数", 22) + "".join(pad(str(nodes[i - 1]), 8) for i in (1, 2, 5, 10)))
 print("total 的类型：", type(total).__name__, "requires_grad =", total.requires_grad)
 publish("train_alloc_mib", allocs[-1] / MiB, fmt="{:.1f}")
@@ -276,7 +276,7 @@ print(pad("ReLU", 22) + pad("起点", 10) + pad("前向峰值", 12) + pad("前�
 relu = {}
 for inplace in (False, True):
     relu[inplace] = relu_run(inplace)
-    print(pad(f"inplace={inplace}", 22) + "".join(pad(mib(v), 12 if i else 10) for i, v in enumerate(relu[inplace])))
+    print(pad(f"inplace={inplace}", 22) + "".join(pad(f"{mib(v):.1f}", 12 if i else 10) for i, v in enumerate(relu[inplace])))
 print(f"\ninplace 省下的前向峰值：{(relu[False][1] - relu[True][1]) / MiB:.1f} MiB（一层输出是 {2048 * 1024 * 4 / MiB:.0f} MiB）")
 for inplace in (False, True):
     for part, v in zip(("start", "fwd_peak", "after_fwd", "step_peak"), relu[inplace]):
@@ -409,13 +409,13 @@ with vramlab.device_budget("128 MiB") as dev:
             l = forward(chunk)
             total += l.item() * chunk.shape[0] / ids.shape[0]
             del l
-        note("(d) 改用 4 个批大小 8 的小批次", dev, f"成功，平均损失 {total:.4f}，这段的峰值 {mib(dev.max_allocated())} MiB")
+        note("(d) 改用 4 个批大小 8 的小批次", dev, f"成功，平均损失 {total:.4f}，这段的峰值 {mib(dev.max_allocated()):.1f} MiB")
         publish("oom_d_peak_mib", dev.max_allocated() / MiB, fmt="{:.1f}")
 
 print(f"显存预算 128 MiB；gc 阈值 gc.get_threshold() = {gc.get_threshold()}\n")
 print(pad("时刻", 36) + pad("已分配 MiB", 12) + "说明")
 for what, alloc, extra in rows:
-    print(pad(what, 36) + pad(mib(alloc), 12) + extra)
+    print(pad(what, 36) + pad(f"{mib(alloc):.1f}", 12) + extra)
 
 # %% [markdown]
 # 读这张表：
@@ -542,7 +542,7 @@ reuse = {}
 for key, name in REUSE.items():
     reuse[key] = reuse_run(key)
     s, p, e = reuse[key]
-    print(pad(name, 30) + pad(mib(s), 12) + pad(mib(p), 12) + pad(mib(p - s), 14) + mib(e))
+    print(pad(name, 30) + pad(f"{mib(s):.1f}", 12) + pad(f"{mib(p):.1f}", 12) + pad(f"{mib(p - s):.1f}", 14) + f"{mib(e):.1f}")
 print(f"\n结果张量本身：{N_BATCH} × {B} × {T} × 1024 × 4 字节 = {N_BATCH * B * T * 1024 * 4 / MiB:.0f} MiB")
 extra = {k: round((p - s) / MiB, 1) for k, (s, p, e) in reuse.items()}
 for k, v in extra.items():

@@ -18,6 +18,8 @@
  * Material's own cutting is switched off by hiding the vocabulary from its `value in index`
  * test (a Proxy on lunr's inverted index whose `has` is always false): a Han run it sees is
  * then kept whole. Everything else (lunr, ranking by field boosts, highlighting) is Material's.
+ * One lunr bug is mended here too (patchLunr, TokenSet.toString): its token set must hold
+ * exactly the words of the inverted index (tests/search_worker_check.js checks the built site).
  *
  * Works the same in a Web Worker and in the iframe-worker shim (file://): both dispatch message
  * events to listeners in the order they were added, and this listener is added first.
@@ -130,6 +132,19 @@ var vramlabSearch = (function () {
   return {
     rewrite: rewrite,
     patchLunr: function (lunr) {
+      // lunr 2.3.9 names a token-set node by final flag + (edge label + target id)..., with nothing
+      // between an id and the next label: {"a": 12, "3": 4} and {"a": 1, "2": 34} are both
+      // "0a1234". Its builder merges nodes whose names are equal, so with digits in the vocabulary
+      // (code on the pages: "{m36", "88.0}") it invented words the inverted index lacks and lost
+      // some it has; a prefix query reaching an invented word threw (lunr issue #314: "Cannot
+      // read property '_index' of undefined"), so "P-Tuning v2" found nothing. A ";" after each
+      // id makes the name unambiguous: a label is one character, an id only digits.
+      lunr.TokenSet.prototype.toString = function () {
+        if (this._str) return this._str;
+        var str = this.final ? "1" : "0", labels = Object.keys(this.edges).sort();
+        for (var i = 0; i < labels.length; i++) str += labels[i] + this.edges[labels[i]].id + ";";
+        return str;
+      };
       var build = lunr.Builder.prototype.build;
       lunr.Builder.prototype.build = function () {
         var index = build.apply(this, arguments);

@@ -22,6 +22,7 @@ import vramlab
 from vramlab.grader import slots
 from vramlab.exercises import get_exercise
 from vramlab.grader.core import grade_file, grade_source
+from vramlab.grader.threads import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = sorted((ROOT / "tests" / "hostile").glob("*.py"))
@@ -96,17 +97,23 @@ def hostile_results(tmp_path_factory):
     os.environ["XDG_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("runtime"))
     jobs = HOSTILE[:len(HOSTILE) // 2] + [HONEST] + HOSTILE[len(HOSTILE) // 2:]
 
+    # 2 gradings at once, each with half this process's cores: 2 x all of them would put 4 spinning
+    # OpenMP threads on 2 cores when the suite runs without xdist (the honest ch05 took 41.6 s against a
+    # 40 s run limit). The baselines are measured with the same count (it is in their cache key).
+    cores = max(1, usable_cores() // 2)
+
     def one(path):
         t0 = time.perf_counter()
-        r = grade_file(_exercise(path), path, timeout_s=TIMEOUT, reuse_baseline=True)
+        r = grade_file(_exercise(path), path, timeout_s=TIMEOUT, reuse_baseline=True, cores=cores)
         return path.name, (r, time.perf_counter() - t0)
     try:
         for exercise in sorted({_exercise(p) for p in HOSTILE}):                             # cache the baselines
             grade_file(exercise, next(p for p in HOSTILE if _exercise(p) == exercise), timeout_s=TIMEOUT,
-                       reuse_baseline=True)
+                       reuse_baseline=True, cores=cores)
         starter = {}                                    # what each exercise's own starter is refused as
         for exercise in sorted({_exercise(p) for p in HOSTILE}):
-            r = grade_source(exercise, get_exercise(exercise).starter, timeout_s=TIMEOUT, reuse_baseline=True)
+            r = grade_source(exercise, get_exercise(exercise).starter, timeout_s=TIMEOUT, reuse_baseline=True,
+                             cores=cores)
             assert not r["passed"], exercise
             starter[exercise] = r["category"]
         with ThreadPoolExecutor(2) as ex:

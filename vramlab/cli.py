@@ -295,6 +295,19 @@ def build_parser():
     return p
 
 
+def parser_for(argv: list[str]):
+    """The parser that reads `vramlab ARGV`, and the arguments it reads: `evidence` and `grade-class`
+    have their own (main hands them over); every other subcommand is build_parser()'s. The docs'
+    commands are checked through it (tests/test_readme.py)."""
+    if argv[:1] == ["evidence"]:
+        from .evidence import build_parser as evidence_parser
+        return evidence_parser(), argv[1:]
+    if argv[:1] == ["grade-class"]:
+        from .grader.slurm import build_parser as grade_class_parser
+        return grade_class_parser(), argv[1:]
+    return build_parser(), argv
+
+
 def main(argv=None) -> int:
     """Run one subcommand. Stop signals (Ctrl-C, SIGTERM, SIGHUP) end it cleanly: the gradings'
     processes are killed and their folders removed, a Chinese line says so, exit 128+N."""

@@ -243,7 +243,7 @@ def exercise_figures(exercise_id: str, reports: dict[str, dict] | None = None) -
     return out
 
 
-def main(argv=None) -> int:
+def build_parser():
     from .args import ChineseArgumentParser
 
     p = ChineseArgumentParser(prog="vramlab evidence", description="在一台机器上收集全部证据：校准、评分、教程")
@@ -256,6 +256,11 @@ def main(argv=None) -> int:
     p.add_argument("--tutorial-only", help="只执行这些教程，如 ch07,ch14")
     p.add_argument("--jobs", type=int, default=None, help="同时评几份（cuda 默认 4，sim 默认 1）")
     p.add_argument("--no-sandbox", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     from .exercises import EXERCISES
     from .reference import reference_rows

@@ -16,6 +16,19 @@ REPO = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT_S = 600         # catches a hang; build speed is measured, not asserted (README)
 
 
+def node_or_skip(what: str) -> str:
+    """Path of `node`, which runs the site's own JavaScript outside a browser. Without it the test
+    skips, except where the run must not skip (CI, VRAMLAB_REQUIRE_SANDBOX=1): there it fails."""
+    import pytest
+
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("VRAMLAB_REQUIRE_SANDBOX") == "1" or os.environ.get("CI"):
+            pytest.fail(f"没有 node：CI 里必须{what}（apt-get install nodejs）")
+        pytest.skip(f"没有 node，跳过：{what}（装上 nodejs 后运行；CI 里不会跳过）")
+    return node
+
+
 def build_site(dest: Path, *, offline: bool, cwd: Path = REPO) -> str:
     """`mkdocs build --strict` into `dest`; fails on an error or a printed warning; returns the log."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")

@@ -9,13 +9,13 @@ throwOnError and the test reports file:line.
 """
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from site_build import node_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -151,17 +151,9 @@ def test_formula_extraction_finds_what_the_site_renders(tmp_path):
     assert found == [("a^2", False), ("\\frac{1}{2}", True)]
 
 
-def _node_required() -> bool:
-    return os.environ.get("VRAMLAB_REQUIRE_SANDBOX") == "1" or bool(os.environ.get("CI"))
-
-
 @pytest.mark.slow
 def test_every_formula_parses_with_katex():
-    node = shutil.which("node")
-    if node is None:
-        if _node_required():
-            pytest.fail("没有 node：CI 里必须用站点自带的 KaTeX 检查每个公式（apt-get install nodejs）")
-        pytest.skip("没有 node，跳过 KaTeX 公式检查（装上 nodejs 后运行；CI 里不会跳过）")
+    node = node_or_skip("用站点自带的 KaTeX 检查每个公式")
     formulas = [f for p in PAGES for f in page_formulas(p)] + [f for nb in NOTEBOOKS for f in notebook_formulas(nb)]
     assert len(formulas) > 500            # the chapters have many: an empty list means extraction broke
     run = subprocess.run([node, str(ROOT / "scripts" / "katex_check.js")], input=json.dumps(formulas),

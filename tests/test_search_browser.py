@@ -16,15 +16,13 @@ tests are skipped, unless CI is set.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
-from site_build import shared_build
+from site_build import node_or_skip, shared_build
 from test_site_browser import browser, site_url  # noqa: F401  (fixtures; its guards skip or fail without Chromium)
 
 pytestmark = pytest.mark.slow       # starts a browser and builds the site: `make test`, not `make check`
@@ -175,11 +173,7 @@ def test_term_finds_its_chapter(search_tab, site_url, query, target, where):
 
 
 def _worker_check(site: Path, queries: list[str]) -> dict:
-    node = shutil.which("node")
-    if node is None:
-        if os.environ.get("CI"):
-            pytest.fail("没有 node：CI 里必须在 node 里跑一遍站点的搜索 worker（apt-get install nodejs）")
-        pytest.skip("没有 node，跳过搜索 worker 检查")
+    node = node_or_skip("在 node 里跑一遍站点的搜索 worker")
     run = subprocess.run([node, str(Path(__file__).resolve().parents[1] / "scripts" / "search_worker_check.js"),
                           str(site), *queries], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

@@ -295,29 +295,32 @@ def build_parser():
     return p
 
 
+# Subcommands with a parser of their own, in the module whose build_parser() and main() they use:
+# evidence (options before the folder, -h, --help) and grade-class (the batch's options and Slurm's).
+OWN_PARSER = {"evidence": "vramlab.evidence", "grade-class": "vramlab.grader.slurm"}
+
+
+def _own_module(argv: list[str]):
+    import importlib
+
+    return importlib.import_module(OWN_PARSER[argv[0]]) if argv[:1] and argv[0] in OWN_PARSER else None
+
+
 def parser_for(argv: list[str]):
-    """The parser that reads `vramlab ARGV`, and the arguments it reads: `evidence` and `grade-class`
-    have their own (main hands them over); every other subcommand is build_parser()'s. The docs'
-    commands are checked through it (tests/test_readme.py)."""
-    if argv[:1] == ["evidence"]:
-        from .evidence import build_parser as evidence_parser
-        return evidence_parser(), argv[1:]
-    if argv[:1] == ["grade-class"]:
-        from .grader.slurm import build_parser as grade_class_parser
-        return grade_class_parser(), argv[1:]
-    return build_parser(), argv
+    """The parser that reads `vramlab ARGV`, and the arguments it reads: a subcommand in OWN_PARSER
+    has its module's (main hands it over); every other one is build_parser()'s. The docs' commands
+    are checked through it (tests/test_readme.py)."""
+    own = _own_module(argv)
+    return (own.build_parser(), argv[1:]) if own else (build_parser(), argv)
 
 
 def main(argv=None) -> int:
     """Run one subcommand. Stop signals (Ctrl-C, SIGTERM, SIGHUP) end it cleanly: the gradings'
     processes are killed and their folders removed, a Chinese line says so, exit 128+N."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["evidence"]:            # its own parser: options before the folder, -h, --help
-        from .evidence import main as evidence_main
-        return evidence_main(argv[1:])
-    if argv[:1] == ["grade-class"]:         # its own parser (grader/slurm.py): the batch's options and Slurm's
-        from .grader.slurm import main as grade_class_main
-        return grade_class_main(argv[1:])
+    own = _own_module(argv)
+    if own:
+        return own.main(argv[1:])
     with stop_on_signals():
         try:
             args = build_parser().parse_args(argv)

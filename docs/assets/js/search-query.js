@@ -19,7 +19,7 @@
  * test (a Proxy on lunr's inverted index whose `has` is always false): a Han run it sees is
  * then kept whole. Everything else (lunr, ranking by field boosts, highlighting) is Material's.
  * One lunr bug is mended here too (patchLunr, TokenSet.toString): its token set must hold
- * exactly the words of the inverted index (tests/search_worker_check.js checks the built site).
+ * exactly the words of the inverted index (scripts/search_worker_check.js, run by tests/test_search_browser.py, checks the built site).
  *
  * Works the same in a Web Worker and in the iframe-worker shim (file://): both dispatch message
  * events to listeners in the order they were added, and this listener is added first.

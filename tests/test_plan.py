@@ -445,5 +445,5 @@ def test_bench_and_sweep_record_their_figures(tmp_path, monkeypatch):
     assert P.bench_figures([{"config": "x", "ratio": 0.99}, {"config": "y", "ratio": 1.01}]) == {
         "估算/模拟设备 最小": 0.99, "最大": 1.01, "示例 config": 2}
     history = tmp_path / "history.jsonl"
-    entry = perf.record("plan-sweep", "vramlab plan --bench --sweep --record", fig, path=history)
-    assert perf.history(history) == [entry]
+    entry = perf.record("plan-sweep", "vramlab plan --bench --sweep --record", fig, path=history, commit="0784056")
+    assert perf.history(history) == [entry] and entry["commit"] == "0784056"

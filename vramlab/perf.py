@@ -43,11 +43,13 @@ def machine() -> dict:
             "load_average": load, "torch": torch_version}
 
 
-def record(benchmark: str, command: str, figures: dict, note: str = "", path: Path | None = None) -> dict:
-    """Append one measurement to the history; returns the entry."""
+def record(benchmark: str, command: str, figures: dict, note: str = "", path: Path | None = None,
+           commit: str | None = None) -> dict:
+    """Append one measurement to the history; returns the entry. `commit`: the code measured,
+    when it is not this checkout's HEAD (a before/after run on an older tree)."""
     entry = {"benchmark": benchmark, "command": command,
              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-             "commit": _commit(), "on": machine(), "figures": figures, "note": note}
+             "commit": commit or _commit(), "on": machine(), "figures": figures, "note": note}
     path = path or HISTORY
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
